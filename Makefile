@@ -1,0 +1,36 @@
+# `make test` and `make serve` work on a fresh machine: they create and fill .venv themselves.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test serve lint clean
+
+venv: $(STAMP)
+
+# CPU PyTorch where no NVIDIA GPU is visible (the 2.13.0 CPU wheel lies on these machines' disk);
+# where a GPU is present, pip resolves torch from the project's open range instead.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		echo "GPU found: installing torch from the project's range"; \
+	else \
+		echo "no GPU: installing the CPU build torch==2.13.0"; \
+		$(PY) -m pip install -q torch==2.13.0; \
+	fi
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check decision apps tests benchmarks
+	$(PY) -m pytest tests
+
+serve: $(STAMP)
+	$(VENV)/bin/decision serve
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check decision apps tests benchmarks
+
+clean:
+	rm -rf $(VENV)

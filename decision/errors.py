@@ -1,0 +1,28 @@
+"""Errors the library raises for bad input, so callers (CLI, HTTP service) can report them cleanly."""
+
+from __future__ import annotations
+
+
+class DecisionError(Exception):
+    """Base class of every error this library raises on purpose."""
+
+
+class DecisionInputError(DecisionError, ValueError):
+    """Bad input from a caller: the message says what is wrong and ``field`` names where.
+
+    ``field`` is a dotted path into the request (``"questions.3.answer.options"``) or ``None``
+    when the error concerns the request as a whole. The service answers these with HTTP 422.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class SchemaError(DecisionInputError):
+    """An answer schema that is invalid, unsupported, or compiles to too large an automaton."""
+
+
+class CheckpointError(DecisionError):
+    """A checkpoint that cannot be loaded; the message names the file and tensor at fault."""
