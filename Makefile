@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check decision apps tests benchmarks
-	$(PY) -m pytest tests
+	$(PY) -m pytest -m "not slow" tests
 
 serve: $(STAMP)
 	$(VENV)/bin/decision serve
