@@ -1,0 +1,61 @@
+"""Tokenizer: digits split, specials fixed, outlines vocabulary maps tokens to their exact bytes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from decision.errors import DecisionInputError
+from decision.joint.toy import lease_sentences
+from decision.tokenizer import (
+    SPECIAL_TOKENS,
+    build_vocabulary,
+    special_ids,
+    token_bytes,
+    train_tokenizer,
+)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(lease_sentences(300), vocab_size=600)
+
+
+def test_trains_fast_with_specials_first() -> None:
+    start = time.perf_counter()
+    tok = train_tokenizer(lease_sentences(300, seed=1), vocab_size=500)
+    assert time.perf_counter() - start < 1.0
+    for i, token in enumerate(SPECIAL_TOKENS):
+        assert tok.token_to_id(token) == i
+    ids = special_ids(tok)
+    assert ids.mask == 1 and ids.eos == 2 and len(ids.questions) == len(ids.answers) == 8
+
+
+def test_digits_are_single_tokens(tok) -> None:
+    enc = tok.encode("Rent of 12345 euros, 2026-11-29")
+    digit_tokens = [t for t in enc.tokens if any(c.isdigit() for c in t)]
+    assert digit_tokens and all(len(t) == 1 for t in digit_tokens)
+
+
+def test_token_bytes_roundtrip_text(tok) -> None:
+    table = token_bytes(tok)
+    for text in ["The tenant owes 1500 euros.", "naïve café — ünïcode ✓", " lead  spaces\n"]:
+        ids = tok.encode(text).ids
+        assert b"".join(table[i] for i in ids).decode("utf-8") == text
+        assert tok.decode(ids) == text
+    assert all(table[tok.token_to_id(t)] is None for t in SPECIAL_TOKENS)
+
+
+def test_vocabulary_has_eos_and_no_specials(tok) -> None:
+    vocab = build_vocabulary(tok)
+    ids = special_ids(tok)
+    assert vocab.get_eos_token_id() == ids.eos
+    assert vocab.get(b"[MASK]") is None
+    assert vocab.get(b"7") == [tok.token_to_id("7")]
+
+
+def test_rejects_tiny_vocab() -> None:
+    with pytest.raises(DecisionInputError) as err:
+        train_tokenizer(["a"], vocab_size=10)
+    assert err.value.field == "vocab_size"
