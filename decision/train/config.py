@@ -1,0 +1,187 @@
+"""Training configuration: one dataclass tree, read from a JSON or TOML file.
+
+Why a file: the shipped model's recipe lives in the repository (configs/default.json), so anyone can
+rerun it bit for bit; the CLI only overrides the budget and the resume flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from decision.errors import DecisionInputError
+
+
+@dataclass
+class ModelSection:
+    """Backbone size: keyword arguments of ``DecisionConfig`` (Qwen3.5-MoE field names)."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TokenizerSection:
+    """Byte-level BPE trained on generated task text (DESIGN.md section 6)."""
+
+    vocab_size: int = 1536
+    corpus_groups: int = 3000  # generated groups whose text trains the tokenizer
+    seed: int = 7_000_000  # corpus seeds: a range of their own, disjoint from train/val/test
+
+
+@dataclass
+class DataSection:
+    """What each training row is made of and how often.
+
+    Rows are one of: a joint group (2..8 questions, all slots in one block), a standalone item (one
+    question of a group, same layout), or a document-denoising row (block diffusion on the text).
+    """
+
+    task: str = "contracts"
+    p_joint: float = 0.5
+    p_standalone: float = 0.25
+    p_document: float = 0.25
+    doc_block_min: int = 32  # document-denoising block length range (tokens)
+    doc_block_max: int = 64
+    # Curriculum: level-1 groups only until `level1_steps`, then the share of level 1 falls
+    # linearly to `level1_final_share` over `curriculum_ramp_steps`.
+    level1_steps: int = 1500
+    curriculum_ramp_steps: int = 1500
+    level1_final_share: float = 0.2
+    max_level: int = 2
+    # Dependency-aware masking for joint groups (see masking.py).
+    p_extraction_visible: float = 0.35
+    extraction_rate_scale: float = 0.5
+    t_min: float = 0.02
+    val_groups: int = 64  # held-out groups scored every eval_every steps
+
+
+@dataclass
+class OptimSection:
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 200
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    grad_clip: float = 1.0
+    batch_size: int = 32
+
+
+@dataclass
+class RunSection:
+    out_dir: str = "runs/default"
+    seed: int = 0
+    max_steps: int = 20_000  # also the length of the cosine schedule
+    max_minutes: float = 0.0  # 0 = no time budget
+    log_every: int = 25
+    eval_every: int = 500
+    checkpoint_minutes: float = 4.0
+    threads: int = 2
+    autocast_bf16: bool = False
+    # Stop early when, after this many steps, validation accuracy is not above the majority
+    # baseline by at least `min_gain` (a run that learns nothing should not burn the budget).
+    early_stop_step: int = 3000
+    min_gain: float = 0.02
+
+
+@dataclass
+class TrainConfig:
+    model: ModelSection = field(default_factory=ModelSection)
+    tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
+    data: DataSection = field(default_factory=DataSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+    run: RunSection = field(default_factory=RunSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy (saved next to every checkpoint so a run documents itself)."""
+        out = dataclasses.asdict(self)
+        out["model"] = dict(self.model.fields)
+        return out
+
+
+_SECTIONS: dict[str, type] = {
+    "tokenizer": TokenizerSection,
+    "data": DataSection,
+    "optim": OptimSection,
+    "run": RunSection,
+}
+
+
+def _build_section(cls: type, raw: Any, name: str) -> Any:
+    if not isinstance(raw, dict):
+        raise DecisionInputError(f"config section [{name}] must be a table/object", name)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise DecisionInputError(
+                f"unknown key {key!r} in config section [{name}]; known: {sorted(known)}",
+                f"{name}.{key}",
+            )
+        default = getattr(cls(), key)
+        if isinstance(default, tuple):
+            value = tuple(value)
+        elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not type(default):
+            raise DecisionInputError(
+                f"{name}.{key} must be {type(default).__name__}, got {type(value).__name__}",
+                f"{name}.{key}",
+            )
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
+    """Build and validate a config; unknown keys and wrong types raise DecisionInputError."""
+    if not isinstance(raw, dict):
+        raise DecisionInputError("config must be an object", None)
+    unknown = set(raw) - set(_SECTIONS) - {"model"}
+    if unknown:
+        raise DecisionInputError(f"unknown config sections: {sorted(unknown)}", sorted(unknown)[0])
+    model = raw.get("model", {})
+    if not isinstance(model, dict):
+        raise DecisionInputError("config section [model] must be a table/object", "model")
+    cfg = TrainConfig(model=ModelSection(dict(model)))
+    for name, cls in _SECTIONS.items():
+        if name in raw:
+            setattr(cfg, name, _build_section(cls, raw[name], name))
+    _check(cfg)
+    return cfg
+
+
+def _check(cfg: TrainConfig) -> None:
+    d, o, r = cfg.data, cfg.optim, cfg.run
+    shares = (d.p_joint, d.p_standalone, d.p_document)
+    if min(shares) < 0 or sum(shares) <= 0:
+        raise DecisionInputError("data.p_* shares must be >= 0 with a positive sum", "data")
+    if not 0 < d.t_min < 1:
+        raise DecisionInputError("data.t_min must lie in (0, 1)", "data.t_min")
+    if not 0 <= d.p_extraction_visible <= 1:
+        raise DecisionInputError("data.p_extraction_visible must lie in [0, 1]", "data")
+    if not 0 < d.extraction_rate_scale <= 1:
+        raise DecisionInputError("data.extraction_rate_scale must lie in (0, 1]", "data")
+    if not 8 <= d.doc_block_min <= d.doc_block_max:
+        raise DecisionInputError("need 8 <= data.doc_block_min <= data.doc_block_max", "data")
+    if o.lr <= 0 or o.batch_size < 1:
+        raise DecisionInputError("optim.lr must be > 0 and optim.batch_size >= 1", "optim")
+    if r.max_steps < 1 or r.log_every < 1 or r.eval_every < 1:
+        raise DecisionInputError("run.max_steps/log_every/eval_every must be >= 1", "run")
+    if cfg.tokenizer.vocab_size < 300:
+        raise DecisionInputError("tokenizer.vocab_size must be >= 300 (bytes + specials)", "tok")
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read a ``.json`` or ``.toml`` training config."""
+    p = Path(path)
+    if not p.is_file():
+        raise DecisionInputError(f"config file not found: {p}", "config")
+    text = p.read_text(encoding="utf-8")
+    try:
+        raw = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise DecisionInputError(f"cannot parse config {p}: {exc}", "config") from exc
+    return config_from_dict(raw)

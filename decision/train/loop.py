@@ -1,0 +1,276 @@
+"""The CPU training loop: steps, progress lines, periodic validation, checkpoint and exact resume.
+
+Exact resume: batch ``i`` is a pure function of ``(seed, i)`` (rows come from a deterministic
+source), and the masking generator, the global torch RNG, the optimiser and the scheduler are
+saved with the weights, so a run stopped after step k and resumed produces the same losses as one
+that never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from decision.errors import CheckpointError
+from decision.train.config import TrainConfig
+from decision.train.masking import apply_mask, diffusion_loss, sample_t, slot_rates
+from decision.train.rows import Batch, Row, collate
+
+STATE_FILE = "trainer_state.pt"
+CHECKPOINT_DIR = "checkpoint"
+
+
+class TrainableModel(Protocol):
+    """What the loop needs from the backbone (``decision.model.DecisionModel`` satisfies it)."""
+
+    def __call__(
+        self,
+        history_ids: torch.Tensor,
+        block_ids: torch.Tensor,
+        history_mask: torch.Tensor | None = None,
+        block_mask: torch.Tensor | None = None,
+        history_segments: torch.Tensor | None = None,
+        block_segments: torch.Tensor | None = None,
+    ) -> torch.Tensor: ...
+
+    def parameters(self) -> Any: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def state_dict(self) -> dict[str, torch.Tensor]: ...
+
+    def save(self, path: str | Path) -> None: ...
+
+
+@dataclass
+class LoopHooks:
+    """The task-specific parts, injected so the loop itself stays generic and testable."""
+
+    rows: Callable[[int], Row]  # global row index -> row (deterministic)
+    pad_token_id: int
+    mask_token_id: int
+    validate: Callable[[TrainableModel, int], dict[str, Any]] | None = None
+    log: Callable[[str], None] = field(default=lambda s: print(s, file=sys.stderr, flush=True))
+
+
+@dataclass
+class LoopResult:
+    step: int
+    losses: list[float]  # loss of every step run in this call
+    evals: list[dict[str, Any]]
+    stopped_because: str
+    elapsed_s: float
+
+
+def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
+    """Linear warm-up then cosine decay to ``min_lr_ratio`` at ``max_steps``."""
+    warm, total, floor = cfg.optim.warmup_steps, cfg.run.max_steps, cfg.optim.min_lr_ratio
+
+    def f(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        frac = min(1.0, (step - warm) / max(1, total - warm))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * frac))
+
+    return f
+
+
+def make_optimizer(
+    model: TrainableModel, cfg: TrainConfig
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW with no weight decay on vectors (norms, biases, decay constants), as is usual."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
+    opt = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": cfg.optim.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=cfg.optim.lr,
+        betas=cfg.optim.betas,
+    )
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
+
+
+def batch_loss(
+    model: TrainableModel,
+    batch: Batch,
+    cfg: TrainConfig,
+    mask_token_id: int,
+    gen: torch.Generator,
+) -> torch.Tensor:
+    """Noise the batch's blocks (masking.py) and return the weighted diffusion loss."""
+    t = sample_t(batch.block_ids.shape[0], cfg.data.t_min, gen)
+    rates = slot_rates(
+        batch.roles, t, gen, cfg.data.p_extraction_visible, cfg.data.extraction_rate_scale
+    )
+    mb = apply_mask(batch.block_ids, batch.slot_of, rates, mask_token_id, gen)
+    ctx = (
+        torch.autocast("cpu", dtype=torch.bfloat16) if cfg.run.autocast_bf16 else nullcontext()
+    )
+    with ctx:
+        logits = model(
+            batch.history_ids,
+            mb.noised,
+            history_mask=batch.history_mask,
+            block_mask=batch.block_mask,
+            history_segments=batch.history_segments,
+            block_segments=batch.block_segments,
+        )
+    return diffusion_loss(logits, batch.block_ids, mb)
+
+
+def save_checkpoint(
+    out_dir: Path,
+    model: TrainableModel,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LambdaLR,
+    gen: torch.Generator,
+    step: int,
+    elapsed_s: float,
+    evals: list[dict[str, Any]],
+    cfg: TrainConfig,
+) -> Path:
+    """Write ``out_dir/checkpoint`` atomically (write a temp dir, then rename over the old one)."""
+    final = out_dir / CHECKPOINT_DIR
+    tmp = out_dir / (CHECKPOINT_DIR + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model.save(tmp)
+    torch.save(
+        {
+            "step": step,
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "mask_generator": gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "elapsed_s": elapsed_s,
+            "evals": evals,
+        },
+        tmp / STATE_FILE,
+    )
+    (tmp / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    old = out_dir / (CHECKPOINT_DIR + ".old")
+    if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old.exists():
+        shutil.rmtree(old)
+    return final
+
+
+def load_trainer_state(ckpt: Path) -> dict[str, Any]:
+    path = ckpt / STATE_FILE
+    if not path.is_file():
+        raise CheckpointError(f"no trainer state to resume from: {path}")
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is a checkpoint error
+        raise CheckpointError(f"cannot read trainer state {path}: {exc}") from exc
+
+
+def train_loop(
+    model: TrainableModel,
+    cfg: TrainConfig,
+    hooks: LoopHooks,
+    out_dir: Path,
+    resume_state: dict[str, Any] | None = None,
+    max_steps: int | None = None,
+    max_minutes: float | None = None,
+) -> LoopResult:
+    """Run steps until ``max_steps`` (default cfg.run.max_steps) or the time budget.
+
+    ``resume_state`` is what :func:`load_trainer_state` returned for the checkpoint whose weights
+    ``model`` already holds.
+    """
+    torch.set_num_threads(cfg.run.threads)
+    stop_step = cfg.run.max_steps if max_steps is None else max_steps
+    minutes = cfg.run.max_minutes if max_minutes is None else max_minutes
+    opt, sched = make_optimizer(model, cfg)
+    gen = torch.Generator().manual_seed(cfg.run.seed)
+    step, prior_s, evals = 0, 0.0, []
+    if resume_state is None:
+        torch.manual_seed(cfg.run.seed)
+    else:
+        opt.load_state_dict(resume_state["optimizer"])
+        sched.load_state_dict(resume_state["scheduler"])
+        gen.set_state(resume_state["mask_generator"])
+        torch.set_rng_state(resume_state["torch_rng"])
+        step, prior_s = resume_state["step"], resume_state["elapsed_s"]
+        evals = list(resume_state["evals"])
+        hooks.log(f"resumed at step {step} ({prior_s / 60:.1f} min trained before)")
+
+    t0 = time.monotonic()
+    last_ckpt = t0
+    window_loss, window_tokens, window_t = 0.0, 0, t0
+    losses: list[float] = []
+    bs = cfg.optim.batch_size
+    reason = "max_steps"
+    model.train()
+
+    def checkpoint() -> None:
+        save_checkpoint(
+            out_dir, model, opt, sched, gen, step, prior_s + time.monotonic() - t0, evals, cfg
+        )
+
+    while step < stop_step:
+        if minutes > 0 and time.monotonic() - t0 >= minutes * 60:
+            reason = "time budget"
+            break
+        batch = collate([hooks.rows(step * bs + i) for i in range(bs)], hooks.pad_token_id)
+        loss = batch_loss(model, batch, cfg, hooks.mask_token_id, gen)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        opt.step()
+        sched.step()
+        step += 1
+        lv = float(loss.detach())
+        losses.append(lv)
+        window_loss += lv
+        window_tokens += batch.n_tokens
+        if step % cfg.run.log_every == 0:
+            now = time.monotonic()
+            n = cfg.run.log_every
+            hooks.log(
+                f"step {step} loss {window_loss / n:.4f} lr {sched.get_last_lr()[0]:.2e} "
+                f"tok/s {window_tokens / max(1e-9, now - window_t):.0f} "
+                f"elapsed {(prior_s + now - t0) / 60:.1f} min"
+            )
+            window_loss, window_tokens, window_t = 0.0, 0, now
+        if hooks.validate is not None and step % cfg.run.eval_every == 0:
+            record = hooks.validate(model, step)
+            model.train()
+            record["step"] = step
+            evals.append(record)
+            hooks.log("eval " + json.dumps(record, sort_keys=True))
+            gain = record.get("gain_over_majority")
+            if step >= cfg.run.early_stop_step and gain is not None and gain < cfg.run.min_gain:
+                reason = f"early stop: {gain:.3f} over the majority baseline at step {step}"
+                break
+        if time.monotonic() - last_ckpt >= cfg.run.checkpoint_minutes * 60:
+            checkpoint()
+            last_ckpt = time.monotonic()
+            hooks.log(f"checkpoint at step {step}")
+    checkpoint()
+    elapsed = prior_s + time.monotonic() - t0
+    hooks.log(f"stopped at step {step} ({reason}); {elapsed / 60:.1f} min in all")
+    return LoopResult(step, losses, evals, reason, elapsed)

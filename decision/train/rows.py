@@ -1,0 +1,85 @@
+"""One training row (history + block + which block tokens may be masked) and batch collation.
+
+A row is the unit every objective shares: the model sees ``history`` clean (causal path) and the
+``block`` noised (bidirectional path), exactly as ``DecisionModel.forward`` takes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from decision.train.masking import ROLE_ABSENT
+
+KIND_JOINT = "joint"
+KIND_STANDALONE = "standalone"
+KIND_DOCUMENT = "document"
+
+
+@dataclass
+class Row:
+    """Token ids of one example; ``slot_of[j]`` indexes ``roles`` (-1: never masked)."""
+
+    history_ids: list[int]
+    history_segments: list[int]
+    block_ids: list[int]
+    block_segments: list[int]
+    slot_of: list[int]
+    roles: list[int]
+    kind: str
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n_h, n_b = len(self.history_ids), len(self.block_ids)
+        if len(self.history_segments) != n_h or n_h == 0:
+            raise ValueError("history ids/segments must have the same, non-zero length")
+        if not (len(self.block_segments) == len(self.slot_of) == n_b) or n_b == 0:
+            raise ValueError("block ids/segments/slot_of must have the same, non-zero length")
+        if self.slot_of and max(self.slot_of) >= len(self.roles):
+            raise ValueError("slot_of refers to a slot without a role")
+
+
+@dataclass
+class Batch:
+    """Right-padded tensors of a list of rows (masks are True on real tokens)."""
+
+    history_ids: torch.Tensor
+    history_mask: torch.Tensor
+    history_segments: torch.Tensor
+    block_ids: torch.Tensor
+    block_mask: torch.Tensor
+    block_segments: torch.Tensor
+    slot_of: torch.Tensor
+    roles: torch.Tensor
+    n_tokens: int  # real history + block tokens: what the tokens/s figure counts
+
+
+def _pad(seqs: list[list[int]], value: int) -> torch.Tensor:
+    width = max(len(s) for s in seqs)
+    out = torch.full((len(seqs), width), value, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
+def collate(rows: list[Row], pad_token_id: int) -> Batch:
+    """Stack rows into right-padded tensors; padded block tokens get ``slot_of = -1``."""
+    if not rows:
+        raise ValueError("cannot collate an empty list of rows")
+    hist = _pad([r.history_ids for r in rows], pad_token_id)
+    block = _pad([r.block_ids for r in rows], pad_token_id)
+    hist_mask = _pad([[1] * len(r.history_ids) for r in rows], 0).bool()
+    block_mask = _pad([[1] * len(r.block_ids) for r in rows], 0).bool()
+    roles = _pad([r.roles or [ROLE_ABSENT] for r in rows], ROLE_ABSENT)
+    return Batch(
+        history_ids=hist,
+        history_mask=hist_mask,
+        history_segments=_pad([r.history_segments for r in rows], 0),
+        block_ids=block,
+        block_mask=block_mask,
+        block_segments=_pad([r.block_segments for r in rows], 0),
+        slot_of=_pad([r.slot_of for r in rows], -1),
+        roles=roles,
+        n_tokens=int(hist_mask.sum() + block_mask.sum()),
+    )
