@@ -1,0 +1,135 @@
+"""JSON bodies of the decide endpoint: what a client sends and what it gets back."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from decision.errors import DecisionInputError
+
+Mode = Literal["joint", "standalone"]
+
+
+class DecideOptions(BaseModel):
+    """Decoding options of one request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float = Field(
+        0.9, gt=0.0, le=1.0,
+        description="Fix every masked token whose probability passes this (at least one a step).",
+    )
+    max_steps: int | None = Field(
+        None, ge=1, le=4096, description="At most this many denoising steps (None: as needed)."
+    )
+    return_probabilities: bool = Field(
+        False, description="Also return each option's probability (choice and boolean answers)."
+    )
+
+
+class QuestionIn(BaseModel):
+    """One question and the schema its answer must follow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=128, description="Unique within the request.")
+    text: str = Field(min_length=1, max_length=20_000)
+    answer: dict[str, Any] = Field(
+        description='Answer schema, discriminated by "type": choice, boolean, integer, number, '
+        "pattern or json.",
+        examples=[{"type": "choice", "options": ["yes", "no", "not stated"]}],
+    )
+
+
+class DecideBody(BaseModel):
+    """``POST /decide``: one document and the questions to answer about it."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "document": "The tenant gave 20 days of notice; the lease requires 30.",
+                    "questions": [
+                        {"id": "timely", "text": "Was notice timely?",
+                         "answer": {"type": "boolean"}},
+                        {"id": "required", "text": "Notice required in days?",
+                         "answer": {"type": "integer", "minimum": 0, "maximum": 365}},
+                    ],
+                    "mode": "joint",
+                    "options": {"threshold": 0.9, "return_probabilities": True},
+                }
+            ]
+        },
+    )
+
+    document: str = Field(description="The material the questions are about.")
+    questions: list[QuestionIn] = Field(min_length=1, description="At most 8 in joint mode.")
+    mode: Mode = "joint"
+    options: DecideOptions = Field(default_factory=DecideOptions)
+
+
+def check_unique_ids(body: DecideBody) -> None:
+    """Question ids must be unique: answers are returned by id."""
+    seen: set[str] = set()
+    for index, question in enumerate(body.questions):
+        if question.id in seen:
+            raise DecisionInputError(
+                f"duplicate question id {question.id!r}", f"questions.{index}.id"
+            )
+        seen.add(question.id)
+
+
+class AnswerOut(BaseModel):
+    """One answer: the typed value, the text the model wrote, and how sure it was."""
+
+    id: str
+    value: Any
+    text: str
+    confidence: float
+    option_probabilities: dict[str, float] | None = None
+
+
+class DecideResponse(BaseModel):
+    """The answers of one request with how they were decoded."""
+
+    model: str
+    mode: Mode
+    answers: list[AnswerOut]
+    steps: int
+    tokens_per_forward: float
+    timings: dict[str, float] = Field(description="Milliseconds per phase, queue and total.")
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error the service returns has this shape."""
+
+    error: ErrorDetail
+
+
+class HealthBody(BaseModel):
+    status: Literal["ok", "degraded"]
+    model_loaded: bool
+    model: str | None
+    queue_depth: int
+
+
+class ModelInfo(BaseModel):
+    name: str
+    path: str | None
+    parameters: int | None
+    max_questions: int
+    max_document_tokens: int | None
+    modes: list[Mode]
+    answer_types: list[str]
+
+
+class ModelsBody(BaseModel):
+    models: list[ModelInfo]

@@ -1,0 +1,163 @@
+"""Error responses: every failure leaves as ``{"error": {"type", "message", "field"}}``.
+
+Status codes: 400 malformed JSON, 404/405 unknown route or method, 413 body over the limit,
+422 invalid request (the field is named), 429 queue full, 503 model not loaded or shutting down,
+504 request outlived its timeout, 500 only for a fault of the service itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from decision.errors import DecisionInputError
+
+log = logging.getLogger("decision.serve")
+
+
+class ServiceError(Exception):
+    """An error with its HTTP status, type name and optional field, raised inside handlers."""
+
+    def __init__(self, status: int, kind: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+        self.field = field
+
+
+def error_response(
+    status: int, kind: str, message: str, field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"type": kind, "message": message, "field": field}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def _field_path(loc: Sequence[Any]) -> str | None:
+    """Pydantic's ``("body", "questions", 3, "id")`` as ``"questions.3.id"``."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] == "body":
+        parts = parts[1:]
+    # Discriminated unions add the tag as a path element ("answer.choice.options"); keep it:
+    # it tells the client which schema variant was checked.
+    return ".".join(parts) or None
+
+
+def _validation_response(exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    if first.get("type") == "json_invalid":
+        ctx = first.get("ctx") or {}
+        detail = ctx.get("error", "malformed JSON")
+        return error_response(400, "malformed_json", f"request body is not valid JSON: {detail}")
+    field = _field_path(first.get("loc", ()))
+    message = str(first.get("msg", "invalid request"))
+    if field:
+        message = f"{field}: {message}"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return error_response(422, "validation_error", message, field)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every exception a request can raise to the JSON error shape."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_response(exc)
+
+    @app.exception_handler(DecisionInputError)
+    async def _on_input(_: Request, exc: DecisionInputError) -> JSONResponse:
+        return error_response(422, "validation_error", exc.message, exc.field)
+
+    @app.exception_handler(ServiceError)
+    async def _on_service(_: Request, exc: ServiceError) -> JSONResponse:
+        headers = {"Retry-After": "1"} if exc.status in (429, 503) else None
+        return error_response(exc.status, exc.kind, exc.message, exc.field, headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+        return error_response(
+            exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail)
+        )
+
+    @app.exception_handler(Exception)
+    async def _on_crash(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(500, "internal_error", f"internal error: {type(exc).__name__}")
+
+
+class BodyLimitMiddleware:
+    """Answer 413 for a request body over ``max_bytes``, before any of it is parsed.
+
+    Checks the declared ``Content-Length`` first, then counts the bytes actually received (a
+    chunked body has no length), so an oversized body is never read into memory whole.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self) -> JSONResponse:
+        return error_response(
+            413, "payload_too_large",
+            f"request body is larger than the limit of {self.max_bytes} bytes",
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            try:
+                too_big = int(declared) > self.max_bytes
+            except ValueError:
+                too_big = False
+            if too_big:
+                await self._too_large()(scope, receive, send)
+                return
+
+        received = 0
+        response_started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge(self.max_bytes)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not response_started:
+                await self._too_large()(scope, receive, send)
+
+
+class _BodyTooLarge(StarletteHTTPException):
+    """Raised from ``receive``; an HTTPException so FastAPI's body reader passes it through."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"request body is larger than the limit of {max_bytes} bytes")

@@ -1,0 +1,153 @@
+"""The service object behind the routes: validate, enqueue, wait, and map failures to HTTP errors.
+
+Demo apps reach it from their own routes with a ``ServiceDep`` parameter and call
+``await service.decide(body)``, so their decisions go through the same worker and batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Annotated, Any, Protocol
+
+import anyio
+from fastapi import Depends, Request
+
+from decision.errors import DecisionInputError
+from decision.serve.api import AnswerOut, DecideBody, DecideResponse, ModelInfo, check_unique_ids
+from decision.serve.errors import ServiceError
+from decision.serve.metrics import ServiceMetrics
+from decision.serve.settings import ServeSettings
+from decision.serve.worker import (
+    BatchWorker,
+    QueueFullError,
+    RequestExpiredError,
+    WorkerStoppedError,
+)
+
+
+class ServiceEngine(Protocol):
+    """What the service needs from a model: validation up front, then batched decisions."""
+
+    name: str
+
+    def prepare(self, body: DecideBody) -> Any:
+        """Validate ``body`` against the model and compile its schemas; raise
+        ``DecisionInputError`` for bad input. Runs outside the worker, before enqueueing."""
+        ...
+
+    def decide_many(self, prepared: Sequence[Any]) -> Sequence[Any]:
+        """Decide prepared requests together; one ``Decision`` (or exception) per request."""
+        ...
+
+    def info(self) -> ModelInfo: ...
+
+
+def to_response(decision: Any, model_name: str, extra_ms: dict[str, float]) -> DecideResponse:
+    """Turn a decoder ``Decision`` into the response body (attribute names per interfaces.md)."""
+    answers = [
+        AnswerOut(
+            id=a.id,
+            value=a.value,
+            text=a.text,
+            confidence=float(a.confidence),
+            option_probabilities=(
+                {str(k): float(v) for k, v in a.option_probabilities.items()}
+                if a.option_probabilities is not None
+                else None
+            ),
+        )
+        for a in decision.answers
+    ]
+    timings = {str(k): float(v) for k, v in (decision.timings or {}).items()}
+    timings.update(extra_ms)
+    return DecideResponse(
+        model=model_name,
+        mode=decision.mode,
+        answers=answers,
+        steps=int(decision.steps),
+        tokens_per_forward=float(decision.tokens_per_forward),
+        timings=timings,
+    )
+
+
+class DecisionService:
+    """Holds the engine, the worker and the metrics of one app."""
+
+    def __init__(self, settings: ServeSettings) -> None:
+        self.settings = settings
+        self.engine: ServiceEngine | None = None
+        self.worker: BatchWorker | None = None
+        self.metrics = ServiceMetrics(
+            queue_depth=lambda: float(self.worker.depth) if self.worker else 0.0,
+            model_loaded=lambda: 1.0 if self.ready else 0.0,
+        )
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None and self.worker is not None and self.worker.alive
+
+    def start(self, engine: ServiceEngine) -> None:
+        """Attach a loaded engine and start the worker that owns it."""
+        s = self.settings
+        self.engine = engine
+        self.worker = BatchWorker(
+            engine,
+            max_batch_size=s.max_batch_size,
+            max_wait_s=s.max_wait_ms / 1000.0,
+            queue_size=s.queue_size,
+            metrics=self.metrics,
+        )
+        self.worker.start()
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+
+    async def decide(self, body: DecideBody) -> DecideResponse:
+        """Answer one request through the worker; raise ``ServiceError`` or
+        ``DecisionInputError`` (mapped to JSON errors by the app's handlers)."""
+        if not self.ready or self.engine is None or self.worker is None:
+            raise ServiceError(503, "unavailable", "the model is not loaded")
+        engine, worker = self.engine, self.worker
+        arrived = time.monotonic()
+        timeout = self.settings.request_timeout_s
+        check_unique_ids(body)
+        # Validation and schema compilation can take milliseconds (regex -> automaton): done in a
+        # thread, so the event loop keeps serving, and before enqueueing, so bad input never
+        # reaches (or stalls) the worker.
+        prepared = await anyio.to_thread.run_sync(engine.prepare, body)
+        prepared_at = time.monotonic()
+        try:
+            future = worker.submit(prepared, timeout - (prepared_at - arrived))
+        except QueueFullError as exc:
+            raise ServiceError(429, "overloaded", str(exc)) from None
+        except WorkerStoppedError as exc:
+            raise ServiceError(503, "unavailable", str(exc)) from None
+        remaining = max(0.0, timeout - (time.monotonic() - arrived))
+        try:
+            decision = await asyncio.wait_for(asyncio.wrap_future(future), remaining)
+        except (TimeoutError, RequestExpiredError):
+            raise ServiceError(
+                504, "timeout", f"the request did not finish within {timeout:g} s"
+            ) from None
+        except WorkerStoppedError as exc:
+            raise ServiceError(503, "unavailable", str(exc)) from None
+        except DecisionInputError:
+            raise
+        done = time.monotonic()
+        extra = {
+            "prepare_ms": (prepared_at - arrived) * 1000.0,
+            "total_ms": (done - arrived) * 1000.0,
+        }
+        return to_response(decision, engine.name, extra)
+
+
+def get_service(request: Request) -> DecisionService:
+    """FastAPI dependency giving a route the app's ``DecisionService``."""
+    service: DecisionService = request.app.state.service
+    return service
+
+
+ServiceDep = Annotated[DecisionService, Depends(get_service)]

@@ -1,0 +1,247 @@
+"""The single worker thread that owns the model: a bounded queue in, batched ``decide_many`` out.
+
+Why one thread: the model (and its compiled-schema caches) is not shared between threads, and a
+batch of requests decided in one forward is cheaper than the same requests one by one. Requests
+that arrive while the worker is busy wait in the queue; the worker takes the first waiting request,
+then keeps collecting for at most ``max_wait_s`` (or until ``max_batch_size``), and decides them
+together. A failure inside a batch fails only the request at fault: the batch is retried request
+by request, so one bad request never fails or stalls the others.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from decision.errors import DecisionError
+from decision.serve.metrics import ServiceMetrics
+
+log = logging.getLogger("decision.serve.worker")
+
+
+class BatchEngine(Protocol):
+    """Anything that decides a list of prepared requests at once, one result per request.
+
+    A result may be an ``Exception`` instance: that request alone failed.
+    """
+
+    def decide_many(self, requests: Sequence[Any]) -> Sequence[Any]: ...
+
+
+class QueueFullError(DecisionError):
+    """The queue holds ``queue_size`` requests already; the service answers 429."""
+
+
+class WorkerStoppedError(DecisionError):
+    """The worker is not running (shutting down or never started); the service answers 503."""
+
+
+class RequestExpiredError(DecisionError):
+    """A request's deadline passed before its batch started; it was never decided."""
+
+
+@dataclass
+class WorkItem:
+    """One request waiting for the worker, with the future its caller waits on."""
+
+    payload: Any
+    deadline: float
+    enqueued_at: float = field(default_factory=time.monotonic)
+    future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
+    started_at: float | None = None
+
+
+_STOP = object()
+
+
+class BatchWorker:
+    """Runs ``engine.decide_many`` on batches of queued requests in one background thread."""
+
+    def __init__(
+        self,
+        engine: BatchEngine,
+        *,
+        max_batch_size: int = 16,
+        max_wait_s: float = 0.005,
+        queue_size: int = 256,
+        metrics: ServiceMetrics | None = None,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError("max_batch_size must be at least 1")
+        if queue_size < 1:
+            raise ValueError("queue_size must be at least 1")
+        if max_wait_s < 0:
+            raise ValueError("max_wait_s must be >= 0")
+        self.engine = engine
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_s
+        self.metrics = metrics
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._thread: threading.Thread | None = None
+        self._accepting = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker thread (idempotent)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._accepting = True
+        self._thread = threading.Thread(target=self._run, name="decision-worker", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Refuse new requests, decide those already queued (within ``timeout``), then fail
+        whatever still waits, so no caller waits forever."""
+        self._accepting = False
+        thread = self._thread
+        if thread is None:
+            return
+        # The stop marker must get in even when the queue is full: make room by failing waiters.
+        while True:
+            try:
+                self._queue.put(_STOP, timeout=0.05)
+                break
+            except queue.Full:
+                self._fail_waiting(WorkerStoppedError("the service is shutting down"))
+        thread.join(timeout)
+        self._fail_waiting(WorkerStoppedError("the service is shutting down"))
+        self._thread = None
+
+    @property
+    def alive(self) -> bool:
+        return self._accepting and self._thread is not None and self._thread.is_alive()
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting in the queue (not counting the batch being decided)."""
+        return self._queue.qsize()
+
+    # -- submitting --------------------------------------------------------------------------
+
+    def submit(self, payload: Any, timeout_s: float) -> concurrent.futures.Future[Any]:
+        """Queue one prepared request; the future resolves to its result or raises its error.
+
+        Raises ``QueueFullError`` at once when the queue is full (no waiting: overload is
+        reported to the client, who may retry) and ``WorkerStoppedError`` when not running.
+        """
+        if not self.alive:
+            raise WorkerStoppedError("the decision worker is not running")
+        item = WorkItem(payload=payload, deadline=time.monotonic() + timeout_s)
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            raise QueueFullError(
+                f"the request queue is full ({self._queue.maxsize} waiting); retry later"
+            ) from None
+        return item.future
+
+    # -- the thread ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            batch, stop = self._collect()
+            if batch:
+                self._execute(batch)
+            if stop:
+                return
+
+    def _collect(self) -> tuple[list[WorkItem], bool]:
+        """Block for one request, then gather more for at most ``max_wait_s``."""
+        first = self._queue.get()
+        if first is _STOP:
+            return [], True
+        batch: list[WorkItem] = [first]
+        until = time.monotonic() + self.max_wait_s
+        while len(batch) < self.max_batch_size:
+            remaining = until - time.monotonic()
+            try:
+                # Past the wait, still take what is already queued: under load batches fill up
+                # without waiting at all.
+                if remaining > 0:
+                    item = self._queue.get(timeout=remaining)
+                else:
+                    item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return self._claim(batch), True
+            batch.append(item)
+        return self._claim(batch), False
+
+    def _claim(self, batch: list[WorkItem]) -> list[WorkItem]:
+        """Drop requests whose caller gave up (cancelled) or whose deadline passed."""
+        now = time.monotonic()
+        live: list[WorkItem] = []
+        for item in batch:
+            if not item.future.set_running_or_notify_cancel():
+                continue  # the caller cancelled (timed out); never decide it
+            if now > item.deadline:
+                item.future.set_exception(
+                    RequestExpiredError("the request timed out while waiting in the queue")
+                )
+                continue
+            item.started_at = now
+            if self.metrics is not None:
+                self.metrics.queue_wait.observe(now - item.enqueued_at)
+            live.append(item)
+        return live
+
+    def _execute(self, batch: list[WorkItem]) -> None:
+        if not batch:
+            return
+        start = time.monotonic()
+        try:
+            results = list(self.engine.decide_many([item.payload for item in batch]))
+            if len(results) != len(batch):
+                raise RuntimeError(
+                    f"engine returned {len(results)} results for {len(batch)} requests"
+                )
+        except Exception as exc:  # noqa: BLE001 - isolate the request at fault, below
+            if len(batch) == 1:
+                log.warning("request failed in the worker: %s", exc)
+                self._resolve(batch[0], exc)
+                return
+            log.warning("batch of %d failed (%s); retrying one by one", len(batch), exc)
+            for item in batch:
+                self._execute([item])
+            return
+        if self.metrics is not None:
+            self.metrics.batch_size.observe(len(batch))
+            self.metrics.batch_seconds.observe(time.monotonic() - start)
+        for item, result in zip(batch, results, strict=True):
+            self._resolve(item, result)
+
+    def _resolve(self, item: WorkItem, result: Any) -> None:
+        if isinstance(result, BaseException):
+            item.future.set_exception(result)
+            return
+        if self.metrics is not None:
+            steps = getattr(result, "steps", None)
+            tpf = getattr(result, "tokens_per_forward", None)
+            if steps is not None:
+                self.metrics.steps.observe(float(steps))
+            if tpf is not None:
+                self.metrics.tokens_per_forward.observe(float(tpf))
+        item.future.set_result(result)
+
+    def _fail_waiting(self, error: Exception) -> None:
+        saw_stop = False
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                saw_stop = True
+                continue
+            if item.future.set_running_or_notify_cancel():
+                item.future.set_exception(error)
+        if saw_stop:  # a worker still finishing its batch must still see the stop marker
+            self._queue.put_nowait(_STOP)

@@ -1,0 +1,160 @@
+"""The batching worker alone, with a recording engine: batching, isolation of failures, overload,
+deadlines, shutdown."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from decision.serve.metrics import ServiceMetrics
+from decision.serve.worker import (
+    BatchWorker,
+    QueueFullError,
+    RequestExpiredError,
+    WorkerStoppedError,
+)
+
+
+class RecordingEngine:
+    """Doubles each int; raises for the value -1 (the request at fault); records batch sizes.
+
+    ``gate`` lets a test hold the worker inside ``decide_many`` until it opens it.
+    """
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def decide_many(self, requests: Sequence[int]) -> list[int]:
+        self.entered.set()
+        self.gate.wait(10)
+        self.batches.append(list(requests))
+        if -1 in requests:
+            raise ValueError("bad request -1")
+        return [2 * r for r in requests]
+
+
+def _metrics() -> ServiceMetrics:
+    return ServiceMetrics(queue_depth=lambda: 0.0, model_loaded=lambda: 1.0)
+
+
+def test_requests_waiting_together_are_batched() -> None:
+    engine = RecordingEngine()
+    metrics = _metrics()
+    worker = BatchWorker(engine, max_batch_size=4, max_wait_s=0.05, queue_size=64, metrics=metrics)
+    worker.start()
+    try:
+        engine.gate.clear()
+        first = worker.submit(0, timeout_s=10)
+        assert engine.entered.wait(5)  # the worker is busy with request 0 alone
+        futures = [worker.submit(i, timeout_s=10) for i in range(1, 10)]
+        engine.gate.set()
+        assert first.result(5) == 0
+        assert [f.result(5) for f in futures] == [2 * i for i in range(1, 10)]
+    finally:
+        worker.stop()
+    sizes = [len(b) for b in engine.batches]
+    assert sizes[0] == 1
+    assert max(sizes) == 4  # capped by max_batch_size
+    assert sum(sizes) == 10
+    assert metrics.batch_size.count() == len(sizes)
+    # order inside the queue is kept
+    assert [r for b in engine.batches for r in b] == list(range(10))
+
+
+def test_failure_in_a_batch_fails_only_the_request_at_fault() -> None:
+    engine = RecordingEngine()
+    worker = BatchWorker(engine, max_batch_size=8, max_wait_s=0.05, queue_size=64)
+    worker.start()
+    try:
+        engine.gate.clear()
+        blocker = worker.submit(100, timeout_s=10)
+        assert engine.entered.wait(5)
+        futures = [worker.submit(i, timeout_s=10) for i in (1, 2, -1, 3)]
+        engine.gate.set()
+        assert blocker.result(5) == 200
+        assert futures[0].result(5) == 2
+        assert futures[1].result(5) == 4
+        with pytest.raises(ValueError, match="bad request -1"):
+            futures[2].result(5)
+        assert futures[3].result(5) == 6
+        # after the failure the worker still answers
+        assert worker.submit(7, timeout_s=5).result(5) == 14
+    finally:
+        worker.stop()
+    assert [1, 2, -1, 3] in engine.batches  # tried together first, then one by one
+    assert [-1] in engine.batches and [3] in engine.batches
+
+
+def test_full_queue_is_refused_at_once() -> None:
+    engine = RecordingEngine()
+    worker = BatchWorker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=2)
+    worker.start()
+    try:
+        engine.gate.clear()
+        worker.submit(0, timeout_s=10)
+        assert engine.entered.wait(5)
+        worker.submit(1, timeout_s=10)
+        worker.submit(2, timeout_s=10)
+        start = time.monotonic()
+        with pytest.raises(QueueFullError, match="queue is full"):
+            worker.submit(3, timeout_s=10)
+        assert time.monotonic() - start < 0.5
+        engine.gate.set()
+    finally:
+        worker.stop()
+
+
+def test_expired_and_cancelled_requests_are_never_decided() -> None:
+    engine = RecordingEngine()
+    worker = BatchWorker(engine, max_batch_size=8, max_wait_s=0.0, queue_size=8)
+    worker.start()
+    try:
+        engine.gate.clear()
+        worker.submit(0, timeout_s=10)
+        assert engine.entered.wait(5)
+        expired = worker.submit(5, timeout_s=0.01)
+        cancelled = worker.submit(6, timeout_s=10)
+        assert cancelled.cancel()
+        live = worker.submit(7, timeout_s=10)
+        time.sleep(0.05)
+        engine.gate.set()
+        assert live.result(5) == 14
+        with pytest.raises(RequestExpiredError):
+            expired.result(5)
+    finally:
+        worker.stop()
+    decided = [r for b in engine.batches for r in b]
+    assert 5 not in decided and 6 not in decided
+
+
+def test_stop_drains_the_queue_and_refuses_new_requests() -> None:
+    engine = RecordingEngine()
+    worker = BatchWorker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=8)
+    worker.start()
+    engine.gate.clear()
+    running = worker.submit(0, timeout_s=10)
+    assert engine.entered.wait(5)
+    waiting = worker.submit(1, timeout_s=10)
+    stopper = threading.Thread(target=worker.stop)
+    stopper.start()
+    time.sleep(0.05)
+    engine.gate.set()
+    stopper.join(5)
+    assert running.result(5) == 0
+    assert waiting.result(5) == 2  # queued before the stop: still decided
+    assert not worker.alive
+    with pytest.raises(WorkerStoppedError):
+        worker.submit(2, timeout_s=1)
+
+
+def test_bad_settings_are_rejected() -> None:
+    with pytest.raises(ValueError, match="max_batch_size"):
+        BatchWorker(RecordingEngine(), max_batch_size=0)
+    with pytest.raises(ValueError, match="queue_size"):
+        BatchWorker(RecordingEngine(), queue_size=0)
