@@ -1,0 +1,184 @@
+"""The PyTorch references: chunk form == float64 recurrence; block attention == its formula.
+
+Inputs are fresh random each run; the seed is printed so a failure can be replayed (pytest shows the
+captured stdout of a failing test).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from decision.errors import DecisionInputError
+from decision.kernels import (
+    _dispatch,
+    block_attention,
+    chunk_gated_delta_rule,
+    recurrent_gated_delta_rule_torch,
+)
+from decision.kernels.testing import block_inputs, gdn_inputs
+
+F64 = torch.float64
+# Both sides compute in float64 and differ only in summation order: ~1e-13 relative is expected.
+TOL64 = dict(rtol=1e-9, atol=1e-9)
+
+
+@pytest.fixture
+def seed() -> int:
+    s = random.randrange(2**31)
+    print(f"seed={s}")
+    return s
+
+
+@pytest.mark.parametrize("t", [1, 7, 63, 65, 200])
+@pytest.mark.parametrize("hk,hv", [(1, 1), (2, 4)])
+@pytest.mark.parametrize("gate", ["mixed", "near0", "near1"])
+def test_chunk_equals_recurrence(t: int, hk: int, hv: int, gate: str, seed: int) -> None:
+    x = gdn_inputs(2, t, hk, hv, 16, 8, gate=gate, n_states=2, dtype=F64, seed=seed)
+    o, s = chunk_gated_delta_rule(**x, backend="torch")
+    o_ref, s_ref = recurrent_gated_delta_rule_torch(**x)
+    assert o.dtype == F64 and o.shape == (2, t, hv, 8)
+    torch.testing.assert_close(o, o_ref, **TOL64)
+    torch.testing.assert_close(s, s_ref, **TOL64)
+
+
+@pytest.mark.parametrize("lengths", [[1, 7, 63, 65, 200], [64, 1], [130]])
+def test_chunk_varlen_equals_recurrence(lengths: list[int], seed: int) -> None:
+    t = sum(lengths)
+    x = gdn_inputs(1, t, 2, 4, 16, 8, n_states=len(lengths), dtype=F64, seed=seed)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    o, s = chunk_gated_delta_rule(**x, cu_seqlens=cu, backend="torch")
+    o_ref, s_ref = recurrent_gated_delta_rule_torch(**x, cu_seqlens=cu)
+    torch.testing.assert_close(o, o_ref, **TOL64)
+    torch.testing.assert_close(s, s_ref, **TOL64)
+    # Each packed sequence equals the same sequence run alone from its own initial state.
+    for i, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True)):
+        xi = {n: v[:, a:b] for n, v in x.items() if n != "initial_state"}
+        oi, si = chunk_gated_delta_rule(
+            **xi, initial_state=x["initial_state"][i : i + 1], backend="torch"
+        )
+        torch.testing.assert_close(o[:, a:b], oi, **TOL64)
+        torch.testing.assert_close(s[i : i + 1], si, **TOL64)
+
+
+def test_chunk_fp32_close_to_fp64(seed: int) -> None:
+    x64 = gdn_inputs(2, 150, 2, 4, 32, 16, n_states=2, dtype=F64, seed=seed)
+    x32 = {n: v.float() for n, v in x64.items()}
+    o, s = chunk_gated_delta_rule(**x32, backend="torch")
+    o_ref, s_ref = recurrent_gated_delta_rule_torch(**x64)
+    assert o.dtype == torch.float32 and s.dtype == torch.float32
+    # fp32 accumulation over a 64-token chunk and a triangular solve: ~1e-5 relative.
+    torch.testing.assert_close(o, o_ref.float(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(s, s_ref.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_chunk_gradients_equal_recurrence(seed: int) -> None:
+    x = gdn_inputs(1, 70, 1, 2, 8, 4, n_states=1, dtype=F64, seed=seed)
+    w_o = torch.randn(1, 70, 2, 4, dtype=F64)
+    grads = []
+    for fn in (
+        lambda **a: chunk_gated_delta_rule(**a, backend="torch"),
+        recurrent_gated_delta_rule_torch,
+    ):
+        leaves = {n: v.clone().requires_grad_(True) for n, v in x.items()}
+        o, s = fn(**leaves)
+        loss = (o * w_o).sum() + (s * s).sum()
+        grads.append(torch.autograd.grad(loss, list(leaves.values())))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, **TOL64)
+
+
+def test_output_final_state_false_returns_none(seed: int) -> None:
+    x = gdn_inputs(1, 5, 1, 1, 4, 4, seed=seed)
+    o, s = chunk_gated_delta_rule(**x, output_final_state=False, backend="torch")
+    assert s is None and o.shape == (1, 5, 1, 4)
+
+
+def test_output_dtype_follows_v(seed: int) -> None:
+    x = gdn_inputs(1, 9, 1, 2, 8, 8, dtype=torch.bfloat16, seed=seed)
+    o, s = chunk_gated_delta_rule(**x, backend="torch")
+    assert o.dtype == torch.bfloat16 and s is not None and s.dtype == torch.float32
+
+
+def _block_formula(x: dict[str, torch.Tensor], readout_scale: float) -> torch.Tensor:
+    """docs/interfaces.md's formula, one query at a time (float64)."""
+    q, k, v, st = x["q"], x["k"], x["v"], x["state"]
+    b, l_, hk, dk = q.shape
+    hv, dv = v.shape[2], v.shape[3]
+    out = torch.zeros(b, l_, hv, dv, dtype=F64)
+    for bi in range(b):
+        m = x["block_mask"][bi]
+        l_eff = max(int(m.sum()), 1)
+        for h in range(hv):
+            kh = h // (hv // hk)
+            kn = k[bi, :, kh] / k[bi, :, kh].norm(dim=-1, keepdim=True)
+            for t in range(l_):
+                qn = q[bi, t, kh] / q[bi, t, kh].norm()
+                e = torch.exp(x["scale"][h] * (kn @ qn)) * m
+                eu = torch.exp(x["history_logit"][bi, t, h] + x["calibration"][h] * torch.log(
+                    torch.tensor(float(l_eff), dtype=F64)))
+                r = st[bi, h].T @ (readout_scale * qn)
+                out[bi, t, h] = (e @ v[bi, :, h] + eu * r) / (e.sum() + eu)
+    return out
+
+
+@pytest.mark.parametrize("l_,hk,hv", [(1, 1, 1), (7, 2, 4), (33, 1, 2)])
+def test_block_attention_matches_formula(l_: int, hk: int, hv: int, seed: int) -> None:
+    x = block_inputs(3, l_, hk, hv, 8, 4, dtype=F64, seed=seed)
+    o = block_attention(**x, readout_scale=0.7, backend="torch")
+    # l2norm's eps (1e-6 inside the rsqrt) shifts q-hat by ~1e-7 relative to an exact norm.
+    torch.testing.assert_close(o, _block_formula(x, 0.7), rtol=1e-5, atol=1e-5)
+
+
+def test_block_attention_empty_block_is_history_readout(seed: int) -> None:
+    x = block_inputs(2, 5, 1, 1, 8, 4, dtype=F64, seed=seed)
+    x["block_mask"][:] = False
+    o = block_attention(**x, backend="torch")
+    qn = x["q"] / x["q"].norm(dim=-1, keepdim=True)
+    r = torch.einsum("blhk,bhkv->blhv", qn * 8**-0.5, x["state"])
+    torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+
+
+def test_block_attention_padded_keys_are_ignored(seed: int) -> None:
+    x = block_inputs(1, 6, 1, 2, 8, 4, dtype=F64, seed=seed, ragged=False)
+    x["block_mask"][0, 4:] = False
+    o1 = block_attention(**x, backend="torch")
+    x["k"][0, 4:] = 100.0
+    x["v"][0, 4:] = -100.0
+    o2 = block_attention(**x, backend="torch")
+    torch.testing.assert_close(o1[:, :4], o2[:, :4], rtol=0, atol=0)
+
+
+def test_bad_inputs_raise(seed: int) -> None:
+    x = gdn_inputs(1, 8, 2, 3, 4, 4, seed=seed)
+    with pytest.raises(DecisionInputError) as err:
+        chunk_gated_delta_rule(**x)
+    assert err.value.field == "v"
+    x = gdn_inputs(2, 8, 1, 1, 4, 4, seed=seed)
+    with pytest.raises(DecisionInputError, match="B == 1"):
+        chunk_gated_delta_rule(**x, cu_seqlens=torch.tensor([0, 8]))
+    x = gdn_inputs(1, 8, 1, 1, 4, 4, n_states=1, seed=seed)
+    with pytest.raises(DecisionInputError) as err:
+        chunk_gated_delta_rule(**x, cu_seqlens=torch.tensor([0, 3, 8]))
+    assert err.value.field == "initial_state"
+    with pytest.raises(DecisionInputError) as err:
+        chunk_gated_delta_rule(**x, cu_seqlens=torch.tensor([0, 9]))
+    assert err.value.field == "cu_seqlens"
+    with pytest.raises(DecisionInputError) as err:
+        chunk_gated_delta_rule(**x, backend="cuda")
+    assert err.value.field == "backend"
+    y = block_inputs(1, 4, 1, 2, 4, 4, seed=seed)
+    y["scale"] = y["scale"][:1]
+    with pytest.raises(DecisionInputError) as err:
+        block_attention(**y)
+    assert err.value.field == "scale"
+
+
+def test_triton_on_cpu_without_interpreter_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_dispatch, "triton_interpreting", lambda: False)
+    with pytest.raises(DecisionInputError, match="TRITON_INTERPRET"):
+        _dispatch.resolve_backend("triton", torch.device("cpu"))
+    assert _dispatch.resolve_backend("auto", torch.device("cpu")) == "torch"
+    assert _dispatch.resolve_backend("auto", torch.device("cuda")) == "triton"
