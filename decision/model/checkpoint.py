@@ -1,0 +1,439 @@
+"""Read and write checkpoint directories: config.json, safetensors (optionally sharded with
+model.safetensors.index.json) and an optional tokenizer.json.
+
+Accepted tensor names: Qwen3.5-MoE / Qwen3.5 (prefix ``model.`` or ``model.language_model.``),
+per-expert ``mlp.experts.J.{gate,up,down}_proj.weight`` or packed ``mlp.experts.gate_up_proj`` /
+``mlp.experts.down_proj``, ``lm_head.weight`` or tied embeddings, and Qwen3-Next's fused
+``in_proj_qkvz`` / ``in_proj_ba``. Every failure is one CheckpointError naming file and tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import struct
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from decision.errors import CheckpointError
+from decision.model.backbone import DecisionModel
+from decision.model.config import DecisionConfig
+from decision.model.gdn import BLOCK_PARAM_NAMES
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "default"
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+IGNORED_PREFIXES = ("mtp.", "model.visual.", "visual.", "model.rotary_emb.")
+DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+    "U8": torch.uint8, "BOOL": torch.bool,
+}
+DTYPE_NAMES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+               "float64": torch.float64}
+
+_EXPERT = re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+# ---------------------------------------------------------------------------- reading files
+def _inspect_safetensors(file: Path) -> dict[str, tuple[str, list[int]]]:
+    """Validate a safetensors file's header against its size; return name -> (dtype, shape).
+
+    Layout (safetensors spec): u64 little-endian header length n, n bytes of JSON, then the data
+    buffer; each tensor's ``data_offsets`` are relative to the buffer start.
+    """
+    size = file.stat().st_size
+    with file.open("rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{file}: truncated safetensors file ({size} bytes, no header)")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise CheckpointError(
+                f"{file}: corrupted or truncated safetensors header (header says {n} bytes, "
+                f"file has {size - 8} after the length field)"
+            )
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(f"{file}: corrupted safetensors header ({exc})") from None
+    out: dict[str, tuple[str, list[int]]] = {}
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (start, stop) = info["dtype"], list(info["shape"]), info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"{file}: corrupted header entry for tensor {name!r}") from None
+        if dtype not in DTYPES or stop < start:
+            raise CheckpointError(f"{file}: corrupted header entry for tensor {name!r}")
+        out[name] = (dtype, shape)
+        end = max(end, stop)
+    if 8 + n + end > size:
+        raise CheckpointError(
+            f"{file}: truncated safetensors file: tensors need {8 + n + end} bytes, the file has "
+            f"{size}"
+        )
+    return out
+
+
+class _Tensors:
+    """Lazy access to every tensor of a checkpoint directory, by raw name."""
+
+    def __init__(self, directory: Path, stack: ExitStack) -> None:
+        self.directory = directory
+        self.where: dict[str, Path] = {}
+        self.meta: dict[str, tuple[str, list[int]]] = {}
+        self._handles: dict[Path, Any] = {}
+        self._stack = stack
+        for file in self._files():
+            for name, meta in _inspect_safetensors(file).items():
+                self.where[name] = file
+                self.meta[name] = meta
+
+    def _files(self) -> list[Path]:
+        index = self.directory / INDEX_NAME
+        if index.exists():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+                names = sorted(set(weight_map.values()))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise CheckpointError(f"{index}: invalid index ({exc})") from None
+            files = [self.directory / n for n in names]
+            for f in files:
+                if not f.exists():
+                    raise CheckpointError(f"{index}: lists shard {f.name}, which is missing")
+            return files
+        files = sorted(self.directory.glob("*.safetensors"))
+        if not files:
+            raise CheckpointError(f"{self.directory}: no *.safetensors weights found")
+        return files
+
+    def get(self, name: str) -> torch.Tensor:
+        file = self.where[name]
+        try:
+            if file not in self._handles:
+                self._handles[file] = self._stack.enter_context(
+                    safe_open(str(file), framework="pt")
+                )
+            return self._handles[file].get_tensor(name)
+        except Exception as exc:  # safetensors raises its own error types
+            raise CheckpointError(f"{file}: cannot read tensor {name!r}: {exc}") from None
+
+    def shape(self, name: str) -> list[int]:
+        return self.meta[name][1]
+
+    def float_dtype(self) -> torch.dtype | None:
+        """Most common floating dtype among the stored tensors (the checkpoint's dtype)."""
+        counts: dict[torch.dtype, int] = {}
+        for dtype, _ in self.meta.values():
+            t = DTYPES[dtype]
+            if t.is_floating_point:
+                counts[t] = counts.get(t, 0) + 1
+        return max(counts, key=lambda t: counts[t]) if counts else None
+
+
+# ---------------------------------------------------------------------------- name mapping
+def _canonical(name: str) -> str | None:
+    """Map a raw checkpoint name to our prefix convention; None for tensors we ignore."""
+    if name.startswith("model.language_model."):
+        name = "model." + name[len("model.language_model."):]
+    elif name.startswith("language_model."):
+        name = "model." + name[len("language_model."):]
+    if name.startswith(IGNORED_PREFIXES):
+        return None
+    return name
+
+
+Getter = Callable[[], torch.Tensor]
+
+
+def _sources(tensors: _Tensors, config: DecisionConfig) -> dict[str, tuple[Getter, str]]:
+    """Our parameter name -> (function reading it, description of where it comes from)."""
+    out: dict[str, tuple[Getter, str]] = {}
+    experts: dict[str, dict[int, dict[str, str]]] = {}
+    for raw in tensors.where:
+        name = _canonical(raw)
+        if name is None:
+            continue
+        where = f"{tensors.where[raw]}: tensor {raw!r}"
+        match = _EXPERT.match(name)
+        if match:
+            experts.setdefault(match[1], {}).setdefault(int(match[2]), {})[match[3]] = raw
+        elif name.endswith("linear_attn.in_proj_qkvz.weight"):
+            base = name[: -len("in_proj_qkvz.weight")]
+            qkv, z = _split_qkvz(tensors, raw, config)
+            out[base + "in_proj_qkv.weight"] = (qkv, where)
+            out[base + "in_proj_z.weight"] = (z, where)
+        elif name.endswith("linear_attn.in_proj_ba.weight"):
+            base = name[: -len("in_proj_ba.weight")]
+            b, a = _split_ba(tensors, raw, config)
+            out[base + "in_proj_b.weight"] = (b, where)
+            out[base + "in_proj_a.weight"] = (a, where)
+        else:
+            out[name] = (_getter(tensors, raw), where)
+    for prefix, per_expert in experts.items():
+        _pack_experts(tensors, prefix, per_expert, config, out)
+    return out
+
+
+def _getter(tensors: _Tensors, raw: str) -> Getter:
+    return lambda: tensors.get(raw)
+
+
+def _split_qkvz(tensors: _Tensors, raw: str, config: DecisionConfig) -> tuple[Getter, Getter]:
+    """Qwen3-Next ``in_proj_qkvz``: rows grouped per key head as [q (Dk), k (Dk), v (r*Dv),
+    z (r*Dv)] with r = Hv / Hk (``fix_query_key_value_ordering`` in modeling_qwen3_next.py)."""
+    hk, dk = config.linear_num_key_heads, config.linear_key_head_dim
+    dv = config.linear_value_head_dim
+    r = config.linear_num_value_heads // hk
+
+    def parts() -> tuple[torch.Tensor, torch.Tensor]:
+        w = tensors.get(raw)
+        group = 2 * dk + 2 * r * dv
+        if w.dim() != 2 or w.shape[0] != hk * group:
+            raise CheckpointError(
+                f"{tensors.where[raw]}: tensor {raw!r} has shape {list(w.shape)}, expected "
+                f"[{hk * group}, hidden]"
+            )
+        g = w.view(hk, group, -1)
+        q, k, v, z = torch.split(g, [dk, dk, r * dv, r * dv], dim=1)
+        hidden = w.shape[1]
+        qkv = torch.cat([q.reshape(-1, hidden), k.reshape(-1, hidden), v.reshape(-1, hidden)])
+        return qkv, z.reshape(-1, hidden)
+
+    return (lambda: parts()[0]), (lambda: parts()[1])
+
+
+def _split_ba(tensors: _Tensors, raw: str, config: DecisionConfig) -> tuple[Getter, Getter]:
+    """Qwen3-Next ``in_proj_ba``: rows grouped per key head as [b (r), a (r)]."""
+    hk = config.linear_num_key_heads
+    r = config.linear_num_value_heads // hk
+
+    def parts() -> tuple[torch.Tensor, torch.Tensor]:
+        w = tensors.get(raw)
+        if w.dim() != 2 or w.shape[0] != 2 * r * hk:
+            raise CheckpointError(
+                f"{tensors.where[raw]}: tensor {raw!r} has shape {list(w.shape)}, expected "
+                f"[{2 * r * hk}, hidden]"
+            )
+        b, a = torch.split(w.view(hk, 2 * r, -1), [r, r], dim=1)
+        return b.reshape(hk * r, -1), a.reshape(hk * r, -1)
+
+    return (lambda: parts()[0]), (lambda: parts()[1])
+
+
+def _pack_experts(
+    tensors: _Tensors, prefix: str, per_expert: dict[int, dict[str, str]],
+    config: DecisionConfig, out: dict[str, tuple[Getter, str]],
+) -> None:
+    """Per-expert gate/up/down weights -> packed gate_up_proj [E, 2I, H] and down_proj [E, H, I]."""
+    first = next(iter(per_expert.values()))
+    file = tensors.where[next(iter(first.values()))]
+    for e in range(config.num_experts):
+        for part in ("gate_proj", "up_proj", "down_proj"):
+            if part not in per_expert.get(e, {}):
+                raise CheckpointError(
+                    f"{file}: missing tensor '{prefix}.{e}.{part}.weight' "
+                    f"(config.json says num_experts={config.num_experts})"
+                )
+
+    def gate_up() -> torch.Tensor:
+        return torch.stack([
+            torch.cat([tensors.get(per_expert[e]["gate_proj"]),
+                       tensors.get(per_expert[e]["up_proj"])])
+            for e in range(config.num_experts)
+        ])
+
+    def down() -> torch.Tensor:
+        return torch.stack(
+            [tensors.get(per_expert[e]["down_proj"]) for e in range(config.num_experts)]
+        )
+
+    where = f"{file}: tensors '{prefix}.J.*_proj.weight'"
+    out[prefix + ".gate_up_proj"] = (gate_up, where)
+    out[prefix + ".down_proj"] = (down, where)
+
+
+def _is_block_param(name: str) -> bool:
+    if name == "model.segment_embed.weight":
+        return True
+    return ".linear_attn." in name and name.split(".linear_attn.", 1)[1] in BLOCK_PARAM_NAMES
+
+
+# ---------------------------------------------------------------------------- public entry points
+def read_config(directory: Path) -> DecisionConfig:
+    """Parse ``directory/config.json`` into a DecisionConfig (CheckpointError when bad)."""
+    file = directory / "config.json"
+    if not file.is_file():
+        raise CheckpointError(f"{file}: missing config.json")
+    try:
+        raw = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(f"{file}: invalid JSON ({exc})") from None
+    try:
+        return DecisionConfig.from_dict(raw, source=str(file))
+    except TypeError as exc:  # a field of the wrong type
+        raise CheckpointError(f"{file}: invalid field ({exc})") from None
+
+
+def _resolve_dtype(dtype: torch.dtype | str | None, fallback: torch.dtype | None) -> torch.dtype:
+    if dtype is None:
+        return fallback or torch.float32
+    if isinstance(dtype, str):
+        if dtype not in DTYPE_NAMES:
+            raise CheckpointError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPE_NAMES)}")
+        return DTYPE_NAMES[dtype]
+    return dtype
+
+
+def load_model(
+    path: str | Path | None = None, device: str | torch.device = "cpu",
+    dtype: torch.dtype | str | None = None,
+) -> DecisionModel:
+    """Load a checkpoint directory (None: the shipped default at <repo>/models/default).
+
+    ``dtype`` None keeps the checkpoint's dtype; a float32 request upcasts a bf16 checkpoint.
+    Block-path parameters absent from the checkpoint keep their neutral initial values; their
+    names are logged and kept in ``model.missing_block_params``.
+    """
+    if path is None:
+        if not DEFAULT_MODEL_DIR.is_dir():
+            raise CheckpointError(
+                f"{DEFAULT_MODEL_DIR}: no default model yet: train one or pass a path"
+            )
+        path = DEFAULT_MODEL_DIR
+    directory = Path(path)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: not a checkpoint directory")
+    config = read_config(directory)
+    with ExitStack() as stack:
+        tensors = _Tensors(directory, stack)
+        target = _resolve_dtype(dtype, tensors.float_dtype())
+        model = DecisionModel(config)
+        sources = _sources(tensors, config)
+        missing_block = _fill(model, sources, directory)
+    model.to(device=device, dtype=target)
+    model.eval()
+    model.missing_block_params = missing_block
+    if missing_block:
+        logger.warning(
+            "%s: %d block-path parameters not in the checkpoint, set to neutral values: %s",
+            directory, len(missing_block), ", ".join(missing_block),
+        )
+    model.tokenizer = _read_tokenizer(directory)
+    return model
+
+
+def _fill(
+    model: DecisionModel, sources: dict[str, tuple[Getter, str]], directory: Path
+) -> list[str]:
+    """Copy every parameter from ``sources``; returns the block params that were absent."""
+    tied = model.config.tie_word_embeddings
+    missing_block: list[str] = []
+    used: set[str] = set()
+    state = model.state_dict()
+    for name, param in state.items():
+        if tied and name == "lm_head.weight":
+            continue
+        if name not in sources:
+            if _is_block_param(name):
+                missing_block.append(name)
+                continue
+            raise CheckpointError(f"{directory}: missing tensor {name!r} in the safetensors files")
+        getter, where = sources[name]
+        tensor = getter()
+        if tuple(tensor.shape) != tuple(param.shape):
+            raise CheckpointError(
+                f"{where} has shape {list(tensor.shape)}, expected {list(param.shape)} for "
+                f"{name!r} (config.json and weights disagree)"
+            )
+        with torch.no_grad():
+            param.copy_(tensor.to(param.dtype))
+        used.add(name)
+    unused = sorted(n for n in sources if n not in used and not (tied and n == "lm_head.weight"))
+    if unused:
+        logger.warning("%s: ignoring %d unknown tensors: %s", directory, len(unused),
+                       ", ".join(unused[:10]))
+    return missing_block
+
+
+def _read_tokenizer(directory: Path) -> Any:
+    file = directory / "tokenizer.json"
+    if not file.exists():
+        return None
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as exc:  # tokenizers raises a bare Exception subclass
+        raise CheckpointError(f"{file}: cannot load tokenizer ({exc})") from None
+
+
+# ---------------------------------------------------------------------------- saving
+def _parse_size(size: int | str | None) -> int | None:
+    """``max_shard_size``: bytes, or a string like "500KB", "10MB", "2GB"."""
+    if size is None or isinstance(size, int):
+        return size
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*", size, flags=re.IGNORECASE)
+    if not match:
+        raise ValueError(f"max_shard_size {size!r}: use bytes or e.g. '10MB'")
+    unit = (match[2] or "B").upper()
+    mult = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
+            "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}[unit]
+    return int(float(match[1]) * mult)
+
+
+def save_checkpoint(
+    model: DecisionModel, path: str | Path, max_shard_size: int | str | None = None
+) -> None:
+    """Write the model in its own dtype; shards (with an index) above ``max_shard_size`` bytes."""
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {
+        name: t.detach().to("cpu").contiguous()
+        for name, t in model.state_dict().items()
+        if not (model.config.tie_word_embeddings and name == "lm_head.weight")
+    }
+    limit = _parse_size(max_shard_size)
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, t in state.items():
+        nbytes = t.numel() * t.element_size()
+        if limit is not None and shards[-1] and size + nbytes > limit:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += nbytes
+    for stale in list(directory.glob("model*.safetensors")) + [directory / INDEX_NAME]:
+        stale.unlink(missing_ok=True)
+    meta = {"format": "pt"}
+    if len(shards) == 1:
+        save_file(shards[0], str(directory / SINGLE_NAME), metadata=meta)
+    else:
+        weight_map: dict[str, str] = {}
+        for i, shard in enumerate(shards, 1):
+            fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, str(directory / fname), metadata=meta)
+            weight_map.update({name: fname for name in shard})
+        total = sum(t.numel() * t.element_size() for t in state.values())
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (directory / INDEX_NAME).write_text(json.dumps(index, indent=2))
+    config = model.config.to_dict()
+    config["dtype"] = str(model.dtype).removeprefix("torch.")
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    if model.tokenizer is not None:
+        model.tokenizer.save(str(directory / "tokenizer.json"))

@@ -1,0 +1,239 @@
+"""DecisionConfig: the Qwen3.5-MoE / Qwen3.5 / Qwen3-Next text fields plus our diffusion fields.
+
+It reads the ``config.json`` that ``transformers`` writes for these families (flat text configs,
+or a top-level multimodal config with a nested ``text_config``), including the transformers-5
+``rope_parameters`` dict and the older ``rope_scaling`` / ``rope_theta`` forms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from decision.errors import CheckpointError
+
+LINEAR = "linear_attention"
+FULL = "full_attention"
+
+# model_type values whose text part we can run, and the architectures that carry them.
+TEXT_MODEL_TYPES = {
+    "qwen3_5_moe_text",
+    "qwen3_5_text",
+    "qwen3_next",
+    "decision",
+}
+NESTED_MODEL_TYPES = {"qwen3_5_moe", "qwen3_5"}
+KNOWN_ARCHITECTURES = {
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5MoeTextModel",
+    "Qwen3_5MoeModel",
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5TextModel",
+    "Qwen3_5Model",
+    "Qwen3NextForCausalLM",
+    "Qwen3NextModel",
+    "DecisionModel",
+}
+
+
+@dataclass
+class DecisionConfig:
+    """Hyper-parameters of the backbone (field names follow the Qwen3.5-MoE text config)."""
+
+    vocab_size: int = 256
+    hidden_size: int = 64
+    num_hidden_layers: int = 4
+    layer_types: list[str] = field(default_factory=list)
+    # gated softmax attention
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 16
+    partial_rotary_factor: float = 0.25
+    rope_theta: float = 10000.0
+    attention_bias: bool = False
+    max_position_embeddings: int = 32768
+    # Gated DeltaNet
+    linear_num_key_heads: int = 2
+    linear_num_value_heads: int = 4
+    linear_key_head_dim: int = 16
+    linear_value_head_dim: int = 16
+    linear_conv_kernel_dim: int = 4
+    # feed-forward: MoE when num_experts > 0, else a dense MLP of intermediate_size
+    num_experts: int = 0
+    num_experts_per_tok: int = 2
+    moe_intermediate_size: int = 64
+    shared_expert_intermediate_size: int = 64
+    norm_topk_prob: bool = True
+    intermediate_size: int = 128
+    decoder_sparse_step: int = 1  # Qwen3-Next: MoE on layers with (i + 1) % step == 0
+    mlp_only_layers: list[int] = field(default_factory=list)  # Qwen3-Next: dense on these
+    hidden_act: str = "silu"
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    # diffusion fields (ours)
+    mask_token_id: int | None = None
+    pad_token_id: int | None = None
+    eos_token_id: int | None = None
+    bos_token_id: int | None = None
+    num_segments: int = 9
+    right_conv_kernel: int = 4
+    # block-path options: initial values of the learnable block parameters
+    block_scale_init: float | None = None  # per-head in-block logit scale; None = sqrt(Dk)
+    block_calibration_init: float = 1.0  # c_h: 1.0 keeps the history weight independent of L
+    block_history_bias_init: float = 0.0  # b_h of the history logit
+    # where the checkpoint came from (written back on save)
+    source_model_type: str = "decision"
+
+    def __post_init__(self) -> None:
+        if not self.layer_types:
+            self.layer_types = default_layer_types(self.num_hidden_layers, 4)
+        self.validate()
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> None:
+        """Raise CheckpointError for inconsistent sizes, so a bad config fails at load time."""
+        if len(self.layer_types) != self.num_hidden_layers:
+            raise CheckpointError(
+                f"config.json: layer_types has {len(self.layer_types)} entries but "
+                f"num_hidden_layers is {self.num_hidden_layers}"
+            )
+        bad = sorted({t for t in self.layer_types if t not in (LINEAR, FULL)})
+        if bad:
+            raise CheckpointError(f"config.json: unknown layer type(s) {bad} in layer_types")
+        if self.linear_num_value_heads % self.linear_num_key_heads:
+            raise CheckpointError(
+                "config.json: linear_num_value_heads must be a multiple of linear_num_key_heads"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise CheckpointError(
+                "config.json: num_attention_heads must be a multiple of num_key_value_heads"
+            )
+        if self.hidden_act != "silu":
+            raise CheckpointError(f"config.json: hidden_act {self.hidden_act!r} unsupported")
+        if self.num_experts and self.num_experts_per_tok > self.num_experts:
+            raise CheckpointError("config.json: num_experts_per_tok exceeds num_experts")
+        if self.num_segments < 1 or self.right_conv_kernel < 1:
+            raise CheckpointError("config.json: num_segments and right_conv_kernel must be >= 1")
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def rotary_dim(self) -> int:
+        """Number of leading head dimensions that RoPE rotates (partial rotary)."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    def layer_is_moe(self, layer: int) -> bool:
+        """Whether layer ``layer`` has the sparse MoE block (else a dense MLP)."""
+        if self.num_experts <= 0 or layer in self.mlp_only_layers:
+            return False
+        return (layer + 1) % max(self.decoder_sparse_step, 1) == 0
+
+    # ------------------------------------------------------------------ io
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "config.json") -> DecisionConfig:
+        """Build from a transformers-style config dict; unknown architectures raise."""
+        if not isinstance(raw, dict):
+            raise CheckpointError(f"{source}: expected a JSON object")
+        archs = raw.get("architectures") or []
+        model_type = raw.get("model_type")
+        if model_type in NESTED_MODEL_TYPES or "text_config" in raw:
+            text = raw.get("text_config")
+            if not isinstance(text, dict):
+                raise CheckpointError(f"{source}: model_type {model_type!r} needs a text_config")
+            text = dict(text)
+            text.setdefault("tie_word_embeddings", raw.get("tie_word_embeddings", False))
+            for key in DIFFUSION_FIELDS:
+                if key in raw and key not in text:
+                    text[key] = raw[key]
+            model_type = text.get("model_type", f"{model_type}_text")
+            raw = text
+        if model_type not in TEXT_MODEL_TYPES:
+            raise CheckpointError(
+                f"{source}: unknown model_type {model_type!r}; supported: "
+                f"{sorted(TEXT_MODEL_TYPES | NESTED_MODEL_TYPES)}"
+            )
+        unknown_archs = [a for a in archs if a not in KNOWN_ARCHITECTURES]
+        if unknown_archs:
+            raise CheckpointError(
+                f"{source}: unknown architecture {unknown_archs[0]!r}; supported: "
+                f"{sorted(KNOWN_ARCHITECTURES)}"
+            )
+        return cls(**_text_fields(raw, model_type, source))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A config.json dict readable by this loader and, for the Qwen fields, by transformers."""
+        out = dataclasses.asdict(self)
+        src = out.pop("source_model_type")
+        out["model_type"] = src if src in TEXT_MODEL_TYPES and src != "decision" else (
+            "qwen3_5_moe_text" if self.num_experts else "qwen3_5_text"
+        )
+        out["architectures"] = ["DecisionModel"]
+        out["rope_parameters"] = {
+            "rope_type": "default",
+            "rope_theta": out.pop("rope_theta"),
+            "partial_rotary_factor": out.pop("partial_rotary_factor"),
+        }
+        return out
+
+
+DIFFUSION_FIELDS = (
+    "mask_token_id",
+    "num_segments",
+    "right_conv_kernel",
+    "block_scale_init",
+    "block_calibration_init",
+    "block_history_bias_init",
+)
+
+
+def default_layer_types(num_layers: int, interval: int) -> list[str]:
+    """Qwen3.5 default: every ``interval``-th layer is full attention, the rest GDN."""
+    return [LINEAR if (i + 1) % interval else FULL for i in range(num_layers)]
+
+
+def _first_int(value: Any) -> int | None:
+    """eos_token_id may be a list in transformers configs; keep the first."""
+    if isinstance(value, list):
+        return int(value[0]) if value else None
+    return None if value is None else int(value)
+
+
+def _text_fields(raw: dict[str, Any], model_type: str, source: str) -> dict[str, Any]:
+    """Map a flat text config dict onto DecisionConfig keyword arguments."""
+    names = {f.name for f in dataclasses.fields(DecisionConfig)}
+    kw: dict[str, Any] = {k: v for k, v in raw.items() if k in names}
+    try:
+        num_layers = int(raw["num_hidden_layers"])
+        kw["hidden_size"] = int(raw["hidden_size"])
+        kw["vocab_size"] = int(raw["vocab_size"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{source}: missing or invalid field {exc}") from None
+    if not kw.get("layer_types"):
+        kw["layer_types"] = default_layer_types(
+            num_layers, int(raw.get("full_attention_interval", 4))
+        )
+    if "head_dim" not in raw or raw["head_dim"] is None:
+        kw["head_dim"] = kw["hidden_size"] // int(raw.get("num_attention_heads", 1))
+    # RoPE: transformers 5 writes rope_parameters; older files rope_scaling + rope_theta.
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        raise CheckpointError(f"{source}: rope_parameters must be an object")
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in ("default", None):
+        raise CheckpointError(f"{source}: rope_type {rope_type!r} is not supported")
+    kw["rope_theta"] = float(rope.get("rope_theta", raw.get("rope_theta", 10000.0)))
+    kw["partial_rotary_factor"] = float(
+        rope.get("partial_rotary_factor", raw.get("partial_rotary_factor", 0.25))
+    )
+    if model_type == "qwen3_5_text":
+        kw["num_experts"] = 0
+    if model_type == "qwen3_5_moe_text" and "norm_topk_prob" not in raw:
+        kw["norm_topk_prob"] = True  # Qwen3.5-MoE always re-normalises the top-k weights
+    kw["num_experts"] = int(kw.get("num_experts") or 0)
+    kw["mlp_only_layers"] = list(kw.get("mlp_only_layers") or [])
+    for key in ("eos_token_id", "pad_token_id", "bos_token_id", "mask_token_id"):
+        kw[key] = _first_int(kw.get(key))
+    kw["source_model_type"] = model_type
+    return kw
