@@ -1,0 +1,407 @@
+"""Xiangqi game API: play against the decision model over HTTP, games kept in SQLite.
+
+``router`` (a FastAPI ``APIRouter``) holds the game routes under ``/api/xiangqi/games``; the
+service includes it and serves ``static_dir`` (the web board) at ``static_url`` = ``/xiangqi``.
+:class:`GameService` does the work without HTTP: every change runs under the game's lock and is
+saved with a version compare-and-swap (see :mod:`apps.xiangqi.store`), so concurrent requests on
+one game never corrupt it.
+
+Errors are JSON ``{"error": {"type", "message", "field", "legal_moves"?}}``: 404 unknown game,
+409 a move out of turn / on a finished game / on a stale version, 422 bad input (illegal move,
+malformed FEN, bad field).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+
+from apps.xiangqi.board import Board
+from apps.xiangqi.core import COLOR_NAMES, Move
+from apps.xiangqi.errors import IllegalMove
+from apps.xiangqi.model_player import Player, choose_move, player_from_setting
+from apps.xiangqi.store import GameNotFound, GameRecord, GameStore, PlayedMove, StaleGameError
+from decision.errors import DecisionInputError
+
+# The service mounts ``static_dir`` at ``static_url`` (decision.serve.app): the web board.
+static_dir = Path(__file__).resolve().parent / "static"
+static_url = "/xiangqi"
+_MAX_FEN_CHARS = 200
+
+
+class GameApiError(Exception):
+    """An error the API answers with a status and the JSON error body."""
+
+    def __init__(
+        self, status: int, kind: str, message: str, field: str | None = None,
+        legal_moves: list[str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+        self.field = field
+        self.legal_moves = legal_moves
+
+    def body(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"type": self.kind, "message": self.message, "field": self.field}
+        if self.legal_moves is not None:
+            err["legal_moves"] = self.legal_moves
+        return {"error": err}
+
+
+# ---------------------------------------------------------------------------------------------
+# The game logic, independent of HTTP.
+
+
+def replay(record: GameRecord) -> Board:
+    """The board of a stored game: its start FEN with every stored move pushed."""
+    board = Board(record.start_fen)
+    for played in record.moves:
+        board.push(Move.from_iccs(played.iccs))
+    return board
+
+
+def _legal_iccs(board: Board) -> list[str]:
+    return sorted(m.iccs() for m in board.legal_moves)
+
+
+def game_state(record: GameRecord) -> dict[str, Any]:
+    """The JSON state of a game: position, moves (ICCS and WXF), turn, check, result."""
+    board = Board(record.start_fen)
+    moves = []
+    for ply, played in enumerate(record.moves, start=1):
+        move = Move.from_iccs(played.iccs)
+        side = COLOR_NAMES[board.turn]
+        wxf = board.wxf(move)  # WXF notation depends on the position before the move
+        board.push(move)
+        moves.append({"ply": ply, "iccs": played.iccs, "wxf": wxf, "side": side, "by": played.by})
+    outcome = board.outcome()
+    turn = COLOR_NAMES[board.turn]
+    over = outcome is not None
+    return {
+        "id": record.id,
+        "start_fen": record.start_fen,
+        "fen": board.fen(),
+        "model_side": record.model_side,
+        "turn": turn,
+        "model_to_move": (not over) and record.model_side == turn,
+        "moves": moves,
+        "last_move": moves[-1]["iccs"] if moves else None,
+        "check": board.is_check(),
+        "over": over,
+        "result": outcome.result() if outcome else "*",
+        "reason": outcome.termination.name.lower() if outcome else None,
+        "winner": COLOR_NAMES[outcome.winner] if outcome and outcome.winner is not None else None,
+        "legal_moves": [] if over else _legal_iccs(board),
+        "version": record.version,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+    }
+
+
+class GameService:
+    """Create games, play moves, ask the model for a move, undo; all persisted in a store.
+
+    ``player`` is the model player, or a callable building it on first use (loading a model
+    takes time, so a server that never plays the model never loads one).
+    """
+
+    def __init__(self, store: GameStore, player: Player | Callable[[], Player]) -> None:
+        self.store = store
+        is_player = hasattr(player, "choose") and not isinstance(player, type)
+        self._player = player if is_player else None
+        self._player_factory = None if self._player is not None else player
+        self._player_lock = threading.Lock()
+
+    @property
+    def player(self) -> Player:
+        """The model player, built on first use."""
+        with self._player_lock:
+            if self._player is None:
+                assert self._player_factory is not None
+                self._player = self._player_factory()
+            return self._player
+
+    def _get(self, game_id: str) -> GameRecord:
+        try:
+            return self.store.get(game_id)
+        except GameNotFound as e:
+            raise GameApiError(404, "not_found", str(e), "game_id") from None
+
+    def _save(self, record: GameRecord) -> GameRecord:
+        try:
+            return self.store.save(record)
+        except StaleGameError as e:
+            raise GameApiError(409, "conflict", str(e), "version") from None
+        except GameNotFound as e:
+            raise GameApiError(404, "not_found", str(e), "game_id") from None
+
+    @staticmethod
+    def _check_version(record: GameRecord, version: int | None) -> None:
+        if version is not None and version != record.version:
+            raise GameApiError(
+                409, "conflict",
+                f"the game is at version {record.version}, not {version}: it changed since "
+                "you last read it; reload it", "version",
+            )
+
+    @staticmethod
+    def _check_playable(board: Board) -> None:
+        outcome = board.outcome()
+        if outcome is not None:
+            raise GameApiError(
+                409, "game_over",
+                f"the game is over ({outcome.result()}, "
+                f"{outcome.termination.name.lower()}); start a new game or undo",
+            )
+
+    def create(self, fen: str | None, model_side: str) -> dict[str, Any]:
+        """Start a game from the start position or a FEN; malformed FEN -> 422 on ``fen``."""
+        if fen is not None and len(fen) > _MAX_FEN_CHARS:
+            raise GameApiError(422, "invalid_fen", "the FEN is too long to be a position", "fen")
+        try:
+            board = Board(fen) if fen is not None else Board()
+        except DecisionInputError as e:
+            raise GameApiError(422, "invalid_fen", e.message, "fen") from None
+        return game_state(self.store.create(board.fen(), model_side))
+
+    def state(self, game_id: str) -> dict[str, Any]:
+        return game_state(self._get(game_id))
+
+    def legal_moves(self, game_id: str) -> dict[str, Any]:
+        """The legal moves of the side to move, ICCS with WXF (empty when the game is over)."""
+        record = self._get(game_id)
+        board = replay(record)
+        moves = [] if board.outcome() is not None else sorted(
+            board.legal_moves, key=lambda m: m.iccs()
+        )
+        return {
+            "id": record.id,
+            "turn": COLOR_NAMES[board.turn],
+            "legal_moves": [{"iccs": m.iccs(), "wxf": board.wxf(m)} for m in moves],
+            "version": record.version,
+        }
+
+    def move(self, game_id: str, text: str, version: int | None = None) -> dict[str, Any]:
+        """Play a human move (ICCS). Out of turn or finished -> 409; illegal -> 422."""
+        with self.store.locked(game_id):
+            record = self._get(game_id)
+            self._check_version(record, version)
+            board = replay(record)
+            self._check_playable(board)
+            turn = COLOR_NAMES[board.turn]
+            if record.model_side == turn:
+                raise GameApiError(
+                    409, "not_your_turn",
+                    f"it is {turn}'s turn and the model plays {turn}: ask for its move with "
+                    f"POST /api/xiangqi/games/{game_id}/model-move", "move",
+                )
+            try:
+                move = board.parse_iccs(text)  # says why a move is illegal
+            except IllegalMove as e:
+                raise GameApiError(
+                    422, "illegal_move", e.message, "move", _legal_iccs(board)
+                ) from None
+            except DecisionInputError as e:
+                raise GameApiError(
+                    422, "invalid_move", e.message, "move", _legal_iccs(board)
+                ) from None
+            played = PlayedMove(move.iccs(), "human")
+            saved = self._save(record.with_moves(record.moves + (played,)))
+        return game_state(saved)
+
+    def model_move(self, game_id: str, version: int | None = None) -> dict[str, Any]:
+        """Let the model play the side to move (its side, or either side when it plays none)."""
+        with self.store.locked(game_id):
+            record = self._get(game_id)
+            self._check_version(record, version)
+            board = replay(record)
+            self._check_playable(board)
+            turn = COLOR_NAMES[board.turn]
+            if record.model_side not in (turn, "none"):
+                raise GameApiError(
+                    409, "not_model_turn",
+                    f"it is {turn}'s turn and the model plays {record.model_side}: "
+                    "play your move first",
+                )
+            started = time.perf_counter()
+            choice = choose_move(self.player, board.copy())
+            elapsed_ms = (time.perf_counter() - started) * 1000.0
+            if not board.is_legal(choice.move):  # a player bug, never the caller's fault
+                raise RuntimeError(f"the model player chose an illegal move {choice.move.iccs()}")
+            saved = self._save(
+                record.with_moves(record.moves + (PlayedMove(choice.move.iccs(), "model"),))
+            )
+        state = game_state(saved)
+        state["model_move"] = {
+            "iccs": choice.move.iccs(),
+            "confidence": choice.confidence,
+            "source": choice.source,
+            "ms": round(elapsed_ms, 1),
+        }
+        return state
+
+    def undo(self, game_id: str, version: int | None = None) -> dict[str, Any]:
+        """Take back the last move; against the model, take back its reply too so that it is
+        the human's turn again. Nothing to undo -> 409."""
+        with self.store.locked(game_id):
+            record = self._get(game_id)
+            self._check_version(record, version)
+            if not record.moves:
+                raise GameApiError(409, "nothing_to_undo", "no move has been played yet")
+            moves = record.moves[:-1]
+            if record.model_side != "none" and record.moves[-1].by == "model" and moves:
+                # The model's reply and the human move before it go together.
+                moves = moves[:-1]
+            saved = self._save(record.with_moves(moves))
+        return game_state(saved)
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP.
+
+
+class _JsonErrorRoute(APIRoute):
+    """Answers this router's errors as ``{"error": {...}}`` whatever the app's own handlers."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except GameApiError as e:
+                return JSONResponse(e.body(), status_code=e.status)
+            except RequestValidationError as e:
+                return _validation_response(e)
+            except DecisionInputError as e:
+                body = {"error": {"type": "validation_error", "message": e.message,
+                                  "field": e.field}}
+                return JSONResponse(body, status_code=422)
+
+        return route
+
+
+def _validation_response(e: RequestValidationError) -> JSONResponse:
+    """The first problem, in the service's shape (400 malformed JSON, else 422 with the field)."""
+    errors = e.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    if first.get("type") == "json_invalid":
+        body = {"type": "malformed_json", "message": "request body is not valid JSON",
+                "field": None}
+        return JSONResponse({"error": body}, status_code=400)
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "path", "query")]
+    field = ".".join(loc) or None
+    message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
+    return JSONResponse(
+        {"error": {"type": "validation_error", "message": message, "field": field}},
+        status_code=422,
+    )
+
+
+class NewGame(BaseModel):
+    """Body of ``POST /api/xiangqi/games``."""
+
+    fen: str | None = Field(None, description="start position (Pikafish FEN); default the usual")
+    model_side: Literal["red", "black", "none"] = Field(
+        "black", description="the side the model plays; 'none' for two humans"
+    )
+
+
+class MoveRequest(BaseModel):
+    """Body of ``POST .../moves``."""
+
+    move: str = Field(..., description="ICCS move, e.g. h2e2", max_length=16)
+    version: int | None = Field(None, description="refuse (409) unless the game is at it")
+
+
+class VersionRequest(BaseModel):
+    """Optional body of ``model-move`` and ``undo``."""
+
+    version: int | None = None
+
+
+router = APIRouter(route_class=_JsonErrorRoute, tags=["xiangqi"])
+_default_lock = threading.Lock()
+
+
+def service_for(app: FastAPI) -> GameService:
+    """The app's game service: the configured one, else one from the environment settings
+    (``DECISION_XIANGQI_DB``, ``DECISION_XIANGQI_MODEL``; see docs/xiangqi-service.md)."""
+    service = getattr(app.state, "xiangqi", None)
+    if service is None:
+        with _default_lock:
+            service = getattr(app.state, "xiangqi", None)
+            if service is None:
+                service = GameService(GameStore(), player_from_setting)
+                app.state.xiangqi = service
+    return service
+
+
+def configure(app: FastAPI, store: GameStore, player: Player | Callable[[], Player]) -> None:
+    """Give an app its own store and player (tests, or a service with explicit settings)."""
+    app.state.xiangqi = GameService(store, player)
+
+
+def _svc(request: Request) -> GameService:
+    return service_for(request.app)
+
+
+@router.post("/api/xiangqi/games", status_code=201)
+def create_game(body: NewGame, request: Request) -> dict[str, Any]:
+    """Start a game (start position or ``fen``); the model plays ``model_side``."""
+    return _svc(request).create(body.fen, body.model_side)
+
+
+@router.get("/api/xiangqi/games/{game_id}")
+def get_game(game_id: str, request: Request) -> dict[str, Any]:
+    """The game's state: FEN, moves (ICCS, WXF), turn, check, result and reason."""
+    return _svc(request).state(game_id)
+
+
+@router.get("/api/xiangqi/games/{game_id}/legal-moves")
+def get_legal_moves(game_id: str, request: Request) -> dict[str, Any]:
+    """The legal moves of the side to move."""
+    return _svc(request).legal_moves(game_id)
+
+
+@router.post("/api/xiangqi/games/{game_id}/moves")
+def post_move(game_id: str, body: MoveRequest, request: Request) -> dict[str, Any]:
+    """Play a move (ICCS) for the side to move; it must not be the model's side."""
+    return _svc(request).move(game_id, body.move, body.version)
+
+
+@router.post("/api/xiangqi/games/{game_id}/model-move")
+def post_model_move(
+    game_id: str, request: Request, body: VersionRequest | None = None
+) -> dict[str, Any]:
+    """The model chooses and plays a legal move for the side to move."""
+    return _svc(request).model_move(game_id, body.version if body else None)
+
+
+@router.post("/api/xiangqi/games/{game_id}/undo")
+def post_undo(game_id: str, request: Request, body: VersionRequest | None = None) -> dict[str, Any]:
+    """Take back the last move (and the model's reply before it, when playing the model)."""
+    return _svc(request).undo(game_id, body.version if body else None)
+
+
+def create_app(
+    db_path: str | Path | None = None, player: Player | Callable[[], Player] | None = None
+) -> FastAPI:
+    """A FastAPI app with only the Xiangqi routes (tests, or ``decision xiangqi serve``)."""
+    app = FastAPI(title="Xiangqi against the decision model")
+    app.include_router(router)
+    app.mount(static_url, StaticFiles(directory=static_dir, html=True), name="xiangqi:static")
+    configure(app, GameStore(db_path), player if player is not None else player_from_setting)
+    return app

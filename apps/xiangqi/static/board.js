@@ -1,0 +1,441 @@
+// Xiangqi web board: draws the position in SVG from the game API's state and plays moves by
+// clicks. No build step, no dependencies. Squares use ICCS names: files a-i from Red's left,
+// ranks 0-9 from Red's side (so Red's general starts on e0).
+"use strict";
+
+const API = "/api/xiangqi/games";
+const SVG_NS = "http://www.w3.org/2000/svg";
+const M = 50; // margin around the grid, in SVG units
+const C = 60; // distance between two lines
+const FILES = "abcdefghi";
+const ANIMATION_MS = 380;
+
+// Traditional characters: red 帥仕相傌俥炮兵, black 將士象馬車砲卒 (Pikafish FEN letters).
+const GLYPHS = {
+  K: "帥", A: "仕", B: "相", N: "傌", R: "俥", C: "炮", P: "兵",
+  k: "將", a: "士", b: "象", n: "馬", r: "車", c: "砲", p: "卒",
+};
+const NAMES = {
+  k: "general", a: "advisor", b: "elephant", n: "horse", r: "chariot", c: "cannon", p: "soldier",
+};
+
+const el = (id) => document.getElementById(id);
+const svg = el("board");
+let state = null; // the last game state from the API
+let selected = null; // the selected square, e.g. "h2"
+let flipped = false;
+let busy = false;
+
+function svgEl(tag, attrs, parent) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+// Board square (file 0-8, rank 0-9) to SVG point; Red sits at the bottom unless flipped.
+function point(file, rank) {
+  const f = flipped ? 8 - file : file;
+  const r = flipped ? rank : 9 - rank;
+  return [M + f * C, M + r * C];
+}
+
+function squarePoint(name) {
+  return point(FILES.indexOf(name[0]), Number(name[1]));
+}
+
+// ---- drawing -------------------------------------------------------------------------------
+
+function drawGrid() {
+  svg.replaceChildren();
+  const g = svgEl("g", { class: "grid" }, svg);
+  svgEl("rect", {
+    x: M - 8, y: M - 8, width: 8 * C + 16, height: 9 * C + 16, class: "frame",
+    fill: "none", stroke: "#5b3a1a", "stroke-width": 3.5,
+  }, g);
+  const line = (x1, y1, x2, y2) => svgEl("line", { x1, y1, x2, y2 }, g);
+  for (let r = 0; r < 10; r++) line(M, M + r * C, M + 8 * C, M + r * C);
+  for (let f = 0; f < 9; f++) {
+    const x = M + f * C;
+    if (f === 0 || f === 8) {
+      line(x, M, x, M + 9 * C);
+    } else { // the river cuts every inner file
+      line(x, M, x, M + 4 * C);
+      line(x, M + 5 * C, x, M + 9 * C);
+    }
+  }
+  // Palaces: the 3x3 squares around each general, with both diagonals.
+  for (const top of [0, 7]) {
+    line(M + 3 * C, M + top * C, M + 5 * C, M + (top + 2) * C);
+    line(M + 5 * C, M + top * C, M + 3 * C, M + (top + 2) * C);
+  }
+  // Position marks where cannons and soldiers start.
+  const marks = [[1, 2], [7, 2], [1, 7], [7, 7]];
+  for (const f of [0, 2, 4, 6, 8]) marks.push([f, 3], [f, 6]);
+  for (const [f, r] of marks) {
+    const x = M + f * C;
+    const y = M + (9 - r) * C;
+    for (const dx of [-1, 1]) {
+      if ((f === 0 && dx < 0) || (f === 8 && dx > 0)) continue;
+      for (const dy of [-1, 1]) {
+        const x0 = x + dx * 5;
+        const y0 = y + dy * 5;
+        svgEl("polyline", {
+          points: `${x0 + dx * 10},${y0} ${x0},${y0} ${x0},${y0 + dy * 10}`,
+        }, g);
+      }
+    }
+  }
+  const riverY = M + 4.5 * C;
+  svgEl("text", { x: M + 2 * C, y: riverY, class: "river", "text-anchor": "middle",
+    "dominant-baseline": "central" }, g).textContent = "楚 河";
+  svgEl("text", { x: M + 6 * C, y: riverY, class: "river", "text-anchor": "middle",
+    "dominant-baseline": "central" }, g).textContent = "漢 界";
+  // ICCS coordinates: files along the bottom, ranks on the left.
+  for (let f = 0; f < 9; f++) {
+    const [x] = point(f, 0);
+    svgEl("text", { x, y: M + 9 * C + 36, class: "coord", "text-anchor": "middle" }, g)
+      .textContent = FILES[f];
+  }
+  for (let r = 0; r < 10; r++) {
+    const [, y] = point(0, r);
+    svgEl("text", { x: 8, y: y + 4, class: "coord" }, g).textContent = String(r);
+  }
+  svgEl("g", { id: "marks" }, svg);
+  svgEl("g", { id: "pieces" }, svg);
+  svgEl("g", { id: "targets" }, svg);
+}
+
+// FEN board field to {square: letter}; the first row is rank 9.
+function parseFen(fen) {
+  const pieces = {};
+  const rows = fen.split(" ")[0].split("/");
+  rows.forEach((row, i) => {
+    const rank = 9 - i;
+    let file = 0;
+    for (const ch of row) {
+      if (/\d/.test(ch)) {
+        file += Number(ch);
+      } else {
+        pieces[FILES[file] + rank] = ch;
+        file += 1;
+      }
+    }
+  });
+  return pieces;
+}
+
+function isRed(letter) {
+  return letter === letter.toUpperCase();
+}
+
+function drawPieces(fen) {
+  const layer = el("pieces");
+  layer.replaceChildren();
+  const pieces = parseFen(fen);
+  const checked = state && state.check ? (state.turn === "red" ? "K" : "k") : null;
+  for (const [sq, letter] of Object.entries(pieces)) {
+    const [x, y] = squarePoint(sq);
+    const side = isRed(letter) ? "red" : "black";
+    const g = svgEl("g", {
+      class: `piece ${side}`, "data-square": sq, "data-piece": letter,
+    }, layer);
+    g.style.transform = `translate(${x}px, ${y}px)`;
+    if (letter === checked) g.classList.add("in-check");
+    if (sq === selected) g.classList.add("selected");
+    svgEl("circle", { r: 27, class: "disc" }, g);
+    svgEl("circle", { r: 22, class: "ring" }, g);
+    svgEl("text", { x: 0, y: 1 }, g).textContent = GLYPHS[letter];
+    svgEl("title", {}, g).textContent = `${side} ${NAMES[letter.toLowerCase()]} on ${sq}`;
+  }
+}
+
+function drawMarks() {
+  const layer = el("marks");
+  layer.replaceChildren();
+  const last = state && state.last_move;
+  if (!last) return;
+  const [fx, fy] = squarePoint(last.slice(0, 2));
+  const [tx, ty] = squarePoint(last.slice(2, 4));
+  svgEl("rect", { x: fx - 24, y: fy - 24, width: 48, height: 48, rx: 8, class: "mark-from" },
+    layer);
+  svgEl("circle", { cx: tx, cy: ty, r: 33, class: "mark-last" }, layer);
+}
+
+function targetsOf(square) {
+  if (!state || !square) return [];
+  return state.legal_moves.filter((m) => m.slice(0, 2) === square).map((m) => m.slice(2, 4));
+}
+
+function drawTargets() {
+  const layer = el("targets");
+  layer.replaceChildren();
+  const pieces = state ? parseFen(state.fen) : {};
+  for (const sq of targetsOf(selected)) {
+    const [x, y] = squarePoint(sq);
+    const capture = sq in pieces;
+    svgEl("circle", {
+      cx: x, cy: y, r: capture ? 29 : 9, class: capture ? "target capture" : "target",
+      "data-target": sq,
+    }, layer);
+  }
+}
+
+function render() {
+  drawGrid();
+  if (!state) return;
+  drawMarks();
+  drawPieces(state.fen);
+  drawTargets();
+  renderStatus();
+  renderMoves();
+  renderButtons();
+  el("game-id").textContent = state.id;
+}
+
+function sideName(side) {
+  return side === "red" ? "Red" : "Black";
+}
+
+function renderStatus(thinking) {
+  const status = el("status");
+  status.className = "status";
+  if (!state) return;
+  if (state.over) {
+    const winner = state.winner ? `${sideName(state.winner)} wins` : "Draw";
+    const reason = (state.reason || "").replaceAll("_", " ");
+    status.textContent = `${winner} by ${reason} (${state.result})`;
+    status.classList.add("over");
+    return;
+  }
+  let text = `${sideName(state.turn)} to move`;
+  if (state.check) {
+    text += " · check!";
+    status.classList.add("check");
+  }
+  if (thinking) {
+    text += " · the model is thinking";
+    status.classList.add("thinking");
+  } else if (state.model_to_move) {
+    text += " · model's turn";
+  } else if (state.model_side !== "none") {
+    text += " · your move";
+  }
+  status.textContent = text;
+}
+
+function renderMoves() {
+  const list = el("moves");
+  list.replaceChildren();
+  for (const m of state.moves) {
+    const li = document.createElement("li");
+    li.textContent = `${m.wxf} (${m.iccs})`;
+    li.title = `${m.side}, played by ${m.by}`;
+    if (m.by === "model") li.classList.add("model");
+    list.appendChild(li);
+  }
+  list.scrollTop = list.scrollHeight;
+}
+
+function renderButtons() {
+  el("undo").disabled = busy || !state || state.moves.length === 0;
+  el("model-move").disabled = busy || !state || state.over ||
+    !(state.model_to_move || state.model_side === "none");
+  el("new-game").disabled = busy;
+}
+
+// Slide the moved piece from its square to the target, then show the new state.
+function animateTo(next) {
+  const move = next.last_move;
+  const grew = state && next.moves.length === state.moves.length + 1;
+  if (!move || !grew) {
+    state = next;
+    render();
+    return Promise.resolve();
+  }
+  const piece = el("pieces").querySelector(`[data-square="${move.slice(0, 2)}"]`);
+  if (!piece) {
+    state = next;
+    render();
+    return Promise.resolve();
+  }
+  el("targets").replaceChildren();
+  const [x, y] = squarePoint(move.slice(2, 4));
+  el("pieces").appendChild(piece); // on top of the piece it may capture
+  piece.getBoundingClientRect(); // commit the start position so the transition runs
+  piece.style.transform = `translate(${x}px, ${y}px)`;
+  return new Promise((resolve) => {
+    setTimeout(() => {
+      state = next;
+      render();
+      resolve();
+    }, ANIMATION_MS);
+  });
+}
+
+// ---- API -----------------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, body) {
+    const err = (body && body.error) || {};
+    super(err.message || `HTTP ${status}`);
+    this.status = status;
+    this.type = err.type;
+    this.field = err.field;
+  }
+}
+
+async function api(method, path, body) {
+  const init = { method, headers: {} };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(API + path, init);
+  let data = null;
+  try {
+    data = await res.json();
+  } catch (_) {
+    data = null;
+  }
+  if (!res.ok) throw new ApiError(res.status, data);
+  return data;
+}
+
+function showError(message) {
+  const box = el("error");
+  box.textContent = message || "";
+  box.hidden = !message;
+}
+
+async function run(task) {
+  if (busy) return;
+  busy = true;
+  renderButtons();
+  showError("");
+  try {
+    await task();
+  } catch (err) {
+    showError(err.message);
+    if (err.status === 409 && state) { // someone else changed the game: show what it is now
+      try {
+        state = await api("GET", `/${state.id}`);
+      } catch (_) { /* keep the old view */ }
+      render();
+    }
+  } finally {
+    busy = false;
+    renderButtons();
+  }
+}
+
+async function modelReplyIfDue() {
+  if (!state || state.over || !state.model_to_move) return;
+  renderStatus(true);
+  const next = await api("POST", `/${state.id}/model-move`, { version: state.version });
+  await animateTo(next);
+}
+
+function remember(id) {
+  history.replaceState(null, "", `#${id}`);
+  try {
+    localStorage.setItem("xiangqi.game", id);
+  } catch (_) { /* private mode */ }
+}
+
+async function newGame() {
+  const body = { model_side: el("model-side").value };
+  const fen = el("fen").value.trim();
+  if (fen) body.fen = fen;
+  state = await api("POST", "", body);
+  selected = null;
+  flipped = state.model_side === "red"; // the human's side at the bottom
+  remember(state.id);
+  render();
+  await modelReplyIfDue();
+}
+
+async function loadGame(id) {
+  state = await api("GET", `/${encodeURIComponent(id)}`);
+  flipped = state.model_side === "red";
+  el("model-side").value = state.model_side;
+  remember(state.id);
+  render();
+  await modelReplyIfDue();
+}
+
+async function playMove(from, to) {
+  selected = null;
+  const next = await api("POST", `/${state.id}/moves`, {
+    move: from + to, version: state.version,
+  });
+  await animateTo(next);
+  await modelReplyIfDue();
+}
+
+// ---- input ---------------------------------------------------------------------------------
+
+function squareAt(evt) {
+  const pt = svg.createSVGPoint();
+  pt.x = evt.clientX;
+  pt.y = evt.clientY;
+  const p = pt.matrixTransform(svg.getScreenCTM().inverse());
+  const vf = Math.round((p.x - M) / C);
+  const vr = Math.round((p.y - M) / C);
+  if (vf < 0 || vf > 8 || vr < 0 || vr > 9) return null;
+  if (Math.hypot(p.x - (M + vf * C), p.y - (M + vr * C)) > C * 0.48) return null;
+  const file = flipped ? 8 - vf : vf;
+  const rank = flipped ? vr : 9 - vr;
+  return FILES[file] + rank;
+}
+
+function onBoardClick(evt) {
+  if (busy || !state || state.over || state.model_to_move) return;
+  const sq = squareAt(evt);
+  if (!sq) return;
+  if (selected && targetsOf(selected).includes(sq)) {
+    const from = selected;
+    run(() => playMove(from, sq));
+    return;
+  }
+  const letter = parseFen(state.fen)[sq];
+  const own = letter && (isRed(letter) ? "red" : "black") === state.turn;
+  selected = own && sq !== selected ? sq : null;
+  render();
+}
+
+svg.addEventListener("click", onBoardClick);
+el("new-game").addEventListener("click", () => run(newGame));
+el("undo").addEventListener("click", () => run(async () => {
+  selected = null;
+  state = await api("POST", `/${state.id}/undo`, { version: state.version });
+  render();
+}));
+el("flip").addEventListener("click", () => {
+  flipped = !flipped;
+  render();
+});
+el("model-move").addEventListener("click", () => run(async () => {
+  selected = null;
+  renderStatus(true);
+  const next = await api("POST", `/${state.id}/model-move`, { version: state.version });
+  await animateTo(next);
+}));
+
+async function start() {
+  drawGrid();
+  const id = location.hash.slice(1) || localStorage.getItem("xiangqi.game");
+  await run(async () => {
+    if (id) {
+      try {
+        await loadGame(id);
+        return;
+      } catch (err) {
+        if (err.status !== 404) throw err;
+      }
+    }
+    await newGame();
+  });
+}
+
+start();
