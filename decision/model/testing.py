@@ -1,4 +1,4 @@
-"""Tiny random models for tests and benchmarks (here so that every engineer's tests can use them)."""
+"""Tiny random models for tests and benchmarks, here so that every engineer can use them."""
 
 from __future__ import annotations
 
