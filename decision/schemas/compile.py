@@ -1,0 +1,258 @@
+"""Compile answer schemas to token automata over a tokenizer's vocabulary (cached).
+
+A ``TokenAutomaton`` is the edge list of a DFA over token ids, ready for the vectorised dynamic
+programme of ``decision.joint.dp``: state 0 is initial; from every accepting state of the answer
+language, ``[EOS]`` leads to an extra absorbing state DONE which only loops on ``[EOS]``, so a slot
+is the answer followed by ``[EOS]`` padding and nothing may follow the padding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+from outlines_core import Index, Vocabulary
+from tokenizers import Tokenizer
+
+from decision.errors import SchemaError
+from decision.schemas.models import PatternAnswer, Question, _Answer
+from decision.schemas.regex_guard import check_regex
+from decision.tokenizer import SpecialIds, build_vocabulary, special_ids, token_bytes
+
+MAX_STATES = 50_000
+MAX_EDGES = 2_000_000
+COMPILE_TIMEOUT_S = 10.0
+_CACHE_SIZE = 512
+
+
+@dataclass(frozen=True)
+class TokenAutomaton:
+    """A token DFA as tensors: edges ``src -tok-> dst``, accepting states, slot budget."""
+
+    num_states: int
+    src: torch.Tensor  # [E] int64
+    tok: torch.Tensor  # [E] int64
+    dst: torch.Tensor  # [E] int64
+    accept: torch.Tensor  # [S] bool
+    budget: int
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.src.shape[0])
+
+
+@dataclass
+class TokenizerContext:
+    """What compilation needs from one tokenizer, computed once."""
+
+    tokenizer: Tokenizer
+    special: SpecialIds
+    vocabulary: Vocabulary
+    pieces: list[bytes | None]
+    by_bytes: dict[bytes, list[int]]
+    fingerprint: str
+    vocab_size: int
+    max_piece: int = field(default=1)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` in the tokenizer's own (canonical) encoding."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def text(self, ids: list[int]) -> str:
+        """The text of answer token ids (``[EOS]`` padding dropped)."""
+        data = b"".join(self.pieces[i] or b"" for i in ids if i != self.special.eos)
+        return data.decode("utf-8", errors="strict")
+
+
+_contexts: dict[int, tuple[Tokenizer, TokenizerContext]] = {}
+_automata: OrderedDict[tuple[str, str], TokenAutomaton] = OrderedDict()
+_lock = threading.Lock()
+
+
+def tokenizer_context(tokenizer: Tokenizer) -> TokenizerContext:
+    """The (cached) compilation context of ``tokenizer``."""
+    with _lock:
+        hit = _contexts.get(id(tokenizer))
+        if hit is not None and hit[0] is tokenizer:
+            return hit[1]
+    pieces = token_bytes(tokenizer)
+    by_bytes: dict[bytes, list[int]] = {}
+    for token_id, data in enumerate(pieces):
+        if data:
+            by_bytes.setdefault(data, []).append(token_id)
+    ctx = TokenizerContext(
+        tokenizer=tokenizer,
+        special=special_ids(tokenizer),
+        vocabulary=build_vocabulary(tokenizer),
+        pieces=pieces,
+        by_bytes=by_bytes,
+        fingerprint=hashlib.sha1(tokenizer.to_str().encode()).hexdigest(),
+        vocab_size=len(pieces),
+        max_piece=max(len(p) for p in by_bytes),
+    )
+    with _lock:
+        _contexts[id(tokenizer)] = (tokenizer, ctx)
+    return ctx
+
+
+def _index_transitions(regex: str, vocabulary: Vocabulary) -> tuple[int, dict, set[int]]:
+    # outlines-core determinises with leftmost-first semantics: in ``a|ab`` it stops after ``a``.
+    # An end anchor makes the DFA keep every alternative alive, i.e. full-match semantics.
+    index = Index(f"(?:{regex})$", vocabulary)
+    return index.get_initial_state(), index.get_transitions(), set(index.get_final_states())
+
+
+def _child(conn, regex: str, vocabulary: Vocabulary) -> None:  # pragma: no cover - subprocess
+    try:
+        conn.send(("ok", _index_transitions(regex, vocabulary)))
+    except BaseException as exc:  # report every failure to the parent
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def _guarded_transitions(regex: str, vocabulary: Vocabulary, field_name: str, timeout: float):
+    """Build the outlines-core index in a forked child that is killed after ``timeout`` s."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, regex, vocabulary), daemon=True)
+    proc.start()
+    child.close()
+    try:
+        if not parent.poll(timeout):
+            raise SchemaError(
+                f"regex automaton did not compile within {timeout:.0f} s (too large)", field_name
+            )
+        status, payload = parent.recv()
+    except EOFError as exc:
+        raise SchemaError("regex compilation crashed (automaton too large)", field_name) from exc
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+        parent.close()
+    if status != "ok":
+        raise SchemaError(f"regex not supported by outlines-core: {payload}", field_name)
+    return payload
+
+
+def _to_automaton(
+    initial: int, transitions: dict, finals: set[int], eos: int, budget: int, field_name: str
+) -> TokenAutomaton:
+    states = {initial: 0}
+    for state in transitions:
+        states.setdefault(state, len(states))
+    for targets in transitions.values():
+        for nxt in targets.values():
+            states.setdefault(nxt, len(states))
+    done = len(states)
+    src: list[int] = []
+    tok: list[int] = []
+    dst: list[int] = []
+    for state, targets in transitions.items():
+        for token_id, nxt in targets.items():
+            if token_id == eos:
+                continue  # outlines' own end loop; replaced by the DONE state below
+            src.append(states[state])
+            tok.append(token_id)
+            dst.append(states[nxt])
+    accept = torch.zeros(done + 1, dtype=torch.bool)
+    for state in finals:
+        if state in states:
+            accept[states[state]] = True
+            src.append(states[state])
+            tok.append(eos)
+            dst.append(done)
+    src.append(done)
+    tok.append(eos)
+    dst.append(done)
+    accept[done] = True
+    if len(src) > MAX_EDGES or done + 1 > MAX_STATES:
+        raise SchemaError(
+            f"answer automaton too large ({done + 1} states, {len(src)} edges; limits "
+            f"{MAX_STATES} / {MAX_EDGES})",
+            field_name,
+        )
+    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return TokenAutomaton(done + 1, as_long(src), as_long(tok), as_long(dst), accept, budget)
+
+
+def compile_regex(
+    regex: str,
+    ctx: TokenizerContext,
+    budget: int,
+    field_name: str = "answer",
+    guarded: bool = True,
+    timeout: float = COMPILE_TIMEOUT_S,
+) -> TokenAutomaton:
+    """Token automaton of ``regex`` (``guarded``: in a child process with a time limit)."""
+    if guarded:
+        initial, transitions, finals = _guarded_transitions(
+            regex, ctx.vocabulary, field_name, timeout
+        )
+    else:
+        try:
+            initial, transitions, finals = _index_transitions(regex, ctx.vocabulary)
+        except Exception as exc:
+            raise SchemaError(f"regex not supported by outlines-core: {exc}", field_name) from exc
+    if not finals:
+        raise SchemaError("the answer language is empty over this vocabulary", field_name)
+    return _to_automaton(initial, transitions, finals, ctx.special.eos, budget, field_name)
+
+
+def literal_automaton(text: str, ctx: TokenizerContext, budget: int) -> TokenAutomaton:
+    """Automaton of the single string ``text``: every tokenisation of its bytes (byte offsets)."""
+    data = text.encode("utf-8")
+    n = len(data)
+    src: list[int] = []
+    tok: list[int] = []
+    dst: list[int] = []
+    for i in range(n):
+        for j in range(i + 1, min(n, i + ctx.max_piece) + 1):
+            for token_id in ctx.by_bytes.get(data[i:j], ()):
+                src += [i]
+                tok += [token_id]
+                dst += [j]
+    eos = ctx.special.eos
+    src += [n, n + 1]
+    tok += [eos, eos]
+    dst += [n + 1, n + 1]
+    accept = torch.zeros(n + 2, dtype=torch.bool)
+    accept[n:] = True
+    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return TokenAutomaton(n + 2, as_long(src), as_long(tok), as_long(dst), accept, budget)
+
+
+def compile_answer(
+    answer: _Answer, ctx: TokenizerContext, field_name: str = "answer"
+) -> TokenAutomaton:
+    """The cached token automaton of an answer schema over ``ctx``'s vocabulary."""
+    key = (ctx.fingerprint, Question.model_construct(answer=answer).schema_key())
+    with _lock:
+        hit = _automata.get(key)
+        if hit is not None:
+            _automata.move_to_end(key)
+            return hit
+    regex = answer.regex()
+    user_regex = isinstance(answer, PatternAnswer)
+    if user_regex:
+        check_regex(regex, f"{field_name}.regex")
+    budget = answer.budget(ctx.count_tokens)
+    # user-written regexes can blow up during determinisation: compile those under a guard
+    automaton = compile_regex(
+        regex, ctx, budget, field_name, guarded=user_regex or answer.type == "json"
+    )
+    with _lock:
+        _automata[key] = automaton
+        while len(_automata) > _CACHE_SIZE:
+            _automata.popitem(last=False)
+    return automaton
+
+
+def compile_question(question: Question, ctx: TokenizerContext, field_name: str) -> TokenAutomaton:
+    """Compile ``question``'s answer schema; errors name ``field_name.answer``."""
+    return compile_answer(question.answer, ctx, f"{field_name}.answer")

@@ -1,0 +1,104 @@
+"""The vectorised dynamic programmes equal brute-force enumeration on small random automata."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from decision.joint.dp import PackedAutomata, log_partition, token_marginals, viterbi
+from decision.schemas.compile import TokenAutomaton
+
+VOCAB = 3
+
+
+@st.composite
+def automata(draw) -> TokenAutomaton:
+    states = draw(st.integers(1, 4))
+    src, tok, dst = [], [], []
+    for s in range(states):
+        for v in range(VOCAB):
+            target = draw(st.integers(-1, states - 1))  # -1: no edge
+            if target >= 0:
+                src.append(s)
+                tok.append(v)
+                dst.append(target)
+    accept = torch.tensor([draw(st.booleans()) for _ in range(states)])
+    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return TokenAutomaton(states, as_long(src), as_long(tok), as_long(dst), accept, budget=0)
+
+
+def _accepts(a: TokenAutomaton, seq: tuple[int, ...]) -> bool:
+    table = {(int(s), int(v)): int(d) for s, v, d in zip(a.src, a.tok, a.dst, strict=True)}
+    state = 0
+    for v in seq:
+        if (state, v) not in table:
+            return False
+        state = table[(state, v)]
+    return bool(a.accept[state])
+
+
+@st.composite
+def problems(draw):
+    length = draw(st.integers(1, 4))
+    count = draw(st.integers(1, 3))
+    autos = [draw(automata()) for _ in range(count)]
+    seed = draw(st.integers(0, 2**31 - 1))
+    gen = torch.Generator().manual_seed(seed)
+    logp = torch.log_softmax(torch.randn(count, length, VOCAB, generator=gen) * 2, dim=-1)
+    # fix some positions: one-hot rows, as the decoder does for unmasked tokens
+    for k in range(count):
+        for t in range(length):
+            if draw(st.booleans()) and draw(st.booleans()):
+                v = draw(st.integers(0, VOCAB - 1))
+                logp[k, t] = float("-inf")
+                logp[k, t, v] = 0.0
+    return autos, logp
+
+
+@settings(max_examples=80, deadline=None)
+@given(problems())
+def test_dp_matches_brute_force(problem) -> None:
+    autos, logp = problem
+    packed = PackedAutomata.pack(autos)
+    weights = packed.edge_weights(logp)
+    tokens, score = viterbi(packed, weights)
+    log_z = log_partition(packed, weights)
+    marg = token_marginals(packed, weights, tokens)
+    length = logp.shape[1]
+    for k, a in enumerate(autos):
+        valid = [
+            (seq, sum(float(logp[k, t, v]) for t, v in enumerate(seq)))
+            for seq in itertools.product(range(VOCAB), repeat=length)
+            if _accepts(a, seq)
+        ]
+        valid = [(seq, w) for seq, w in valid if w > float("-inf")]
+        if not valid:
+            assert score[k] == float("-inf") and log_z[k] == float("-inf")
+            continue
+        best = max(w for _, w in valid)
+        assert math.isclose(float(score[k]), best, rel_tol=1e-5, abs_tol=1e-5)
+        seq = tuple(int(x) for x in tokens[k])
+        assert _accepts(a, seq)
+        assert math.isclose(sum(float(logp[k, t, v]) for t, v in enumerate(seq)), best,
+                            rel_tol=1e-5, abs_tol=1e-5)
+        z = sum(math.exp(w) for _, w in valid)
+        assert math.isclose(float(log_z[k]), math.log(z), rel_tol=1e-4, abs_tol=1e-4)
+        for t in range(length):
+            p = sum(math.exp(w) for s, w in valid if s[t] == seq[t]) / z
+            assert math.isclose(float(marg[k, t]), p, rel_tol=1e-4, abs_tol=1e-5)
+
+
+def test_ties_break_deterministically() -> None:
+    a = TokenAutomaton(
+        2, torch.tensor([0, 0]), torch.tensor([0, 1]), torch.tensor([1, 1]),
+        torch.tensor([False, True]), budget=1,
+    )
+    packed = PackedAutomata.pack([a])
+    logp = torch.log(torch.full((1, 1, 2), 0.5))
+    first, _ = viterbi(packed, packed.edge_weights(logp))
+    second, _ = viterbi(packed, packed.edge_weights(logp))
+    assert first.tolist() == second.tolist() == [[0]]

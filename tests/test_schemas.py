@@ -1,0 +1,155 @@
+"""Answer schemas: exact integer ranges, fail-fast errors, cached automata of the right language."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
+
+from decision.errors import SchemaError
+from decision.joint.toy import lease_sentences
+from decision.schemas import (
+    AnswerSchema,
+    ChoiceAnswer,
+    IntegerAnswer,
+    JsonAnswer,
+    PatternAnswer,
+    Question,
+    compile_answer,
+    tokenizer_context,
+)
+from decision.schemas.compile import compile_regex
+from decision.schemas.json_subset import validate
+from decision.schemas.ranges import integer_range_regex
+from decision.schemas.regex_guard import check_regex
+from decision.tokenizer import train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    return tokenizer_context(train_tokenizer(lease_sentences(300), vocab_size=600))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-(10**7), 10**7), st.integers(0, 10**6), st.integers(-(10**7), 10**7))
+def test_range_regex_equals_int_comparison(lo: int, width: int, probe: int) -> None:
+    hi = lo + width
+    pattern = re.compile(integer_range_regex(lo, hi))
+    for x in (probe, lo, hi, lo - 1, hi + 1, 0, -1, (lo + hi) // 2):
+        assert (pattern.fullmatch(str(x)) is not None) == (lo <= x <= hi), (lo, hi, x)
+    for bad in ("-0", "01", "+1", "", "1.0"):
+        assert pattern.fullmatch(bad) is None
+
+
+def _accepts(automaton, ids: list[int]) -> bool:
+    table = {
+        (int(s), int(v)): int(d)
+        for s, v, d in zip(automaton.src, automaton.tok, automaton.dst, strict=True)
+    }
+    state = 0
+    for v in ids:
+        if (state, v) not in table:
+            return False
+        state = table[(state, v)]
+    return bool(automaton.accept[state])
+
+
+def test_integer_automaton_is_exact(ctx) -> None:
+    answer = IntegerAnswer(minimum=-12, maximum=345)
+    automaton = compile_answer(answer, ctx)
+    eos = ctx.special.eos
+    for x in range(-30, 400):
+        ids = ctx.tokenizer.encode(str(x)).ids
+        padded = ids + [eos] * (automaton.budget - len(ids))
+        assert _accepts(automaton, padded) == (-12 <= x <= 345), x
+    # nothing may follow the [EOS] padding
+    one, two = ctx.tokenizer.encode("1").ids, ctx.tokenizer.encode("2").ids
+    assert not _accepts(automaton, one + [eos] + two)
+
+
+def test_union_parses_dicts_and_caches(ctx) -> None:
+    adapter = TypeAdapter(AnswerSchema)
+    choice = adapter.validate_python({"type": "choice", "options": ["a b", "c.d"]})
+    assert isinstance(choice, ChoiceAnswer)
+    assert compile_answer(choice, ctx) is compile_answer(ChoiceAnswer(options=["a b", "c.d"]), ctx)
+    q = Question.model_validate({"id": "q", "text": "t?", "answer": {"type": "boolean"}})
+    assert q.answer.parse("yes") is True
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"type": "choice", "options": []},
+        {"type": "choice", "options": ["a", "a"]},
+        {"type": "choice", "options": [""]},
+        {"type": "choice", "options": [str(i) for i in range(257)]},
+        {"type": "integer", "minimum": 5, "maximum": 1},
+        {"type": "pattern", "regex": "a", "max_tokens": 0},
+        {"type": "date"},
+    ],
+)
+def test_invalid_schemas_rejected(payload) -> None:
+    with pytest.raises(ValidationError):
+        TypeAdapter(AnswerSchema).validate_python(payload)
+
+
+@pytest.mark.parametrize(
+    ("regex", "needle"),
+    [("(?=a)b", "look-around"), ("(a)\\1", "back-references"), ("^a$", "anchors"),
+     ("(a{100}){100}", "expands"), ("(", "invalid")],
+)
+def test_bad_regexes_fail_fast(ctx, regex: str, needle: str) -> None:
+    with pytest.raises(SchemaError) as err:
+        compile_answer(PatternAnswer(regex=regex, max_tokens=4), ctx, "questions.0.answer")
+    assert needle in err.value.message and err.value.field == "questions.0.answer.regex"
+
+
+def test_dfa_blowup_is_bounded(ctx) -> None:
+    # small regex, exponential DFA: stopped by the time guard or the size limit, never a hang
+    with pytest.raises(SchemaError):
+        compile_regex("[a-z]*a[a-z]{22}", ctx, budget=8, timeout=1.0)
+
+
+@pytest.mark.parametrize(
+    ("schema", "needle"),
+    [
+        ({"type": "integer", "minimum": 1}, "minimum"),
+        ({"type": "object"}, "properties"),
+        ({"type": "string", "pattern": "a+"}, "pattern"),
+        ({"oneOf": []}, "type"),
+    ],
+)
+def test_unsupported_json_keywords(ctx, schema, needle) -> None:
+    with pytest.raises(SchemaError) as err:
+        compile_answer(JsonAnswer(schema=schema), ctx, "q")
+    assert needle in err.value.message or needle in (err.value.field or "")
+
+
+def test_json_validate_subset() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string", "maxLength": 2}, "b": {"enum": [1, 2]}},
+        "required": ["a"],
+    }
+    assert validate({"a": "xy", "b": 2}, schema)
+    assert not validate({"a": "xyz"}, schema)
+    assert not validate({"b": 1}, schema)
+    assert not validate({"a": "x", "b": True}, schema)
+
+
+def test_guard_counts_expansion() -> None:
+    assert check_regex("[a-h][1-8]", "f") == 2
+    assert check_regex("(ab){3}", "f") == 6
+
+
+def test_full_match_semantics_not_leftmost_first(ctx) -> None:
+    # outlines-core alone would drop "none" (prefix "no" matches first) and "ab" in "a|ab"
+    eos = ctx.special.eos
+    choice = compile_answer(ChoiceAnswer(options=["no", "none"]), ctx)
+    pattern = compile_answer(PatternAnswer(regex="a|ab", max_tokens=2), ctx)
+    for automaton, text in ((choice, "none"), (choice, "no"), (pattern, "ab"), (pattern, "a")):
+        ids = [ctx.by_bytes[bytes([b])][0] for b in text.encode()]
+        assert _accepts(automaton, ids + [eos] * 4), text
