@@ -1,0 +1,318 @@
+"""The Xiangqi game API through HTTP: whole games, bad moves, turns, restarts, concurrency.
+
+Most tests use FastAPI's TestClient; the concurrency test runs against a real uvicorn server on a
+free port. The model player here is a deterministic test player (the first legal move, in the
+engine's order); the decision model itself is exercised in test_xiangqi_api_model.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from apps.xiangqi import Board, Move
+from apps.xiangqi.api import GameService, create_app
+from apps.xiangqi.store import GameStore
+
+GAMES = "/api/xiangqi/games"
+# Red to move mates in two: a1a8 (Black's only reply is e9f9), then b2b9 mate.
+MATE_IN_TWO = "4k4/9/9/9/9/9/9/1R7/R8/3K5 w - - 0 1"
+
+
+class FirstMovePlayer:
+    """Plays the first legal move; counts its calls (to see the model was asked)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def choose(self, board: Board) -> Move:
+        self.calls += 1
+        return board.legal_moves[0]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "games.sqlite3"
+
+
+@pytest.fixture
+def client(db: Path) -> TestClient:
+    return TestClient(create_app(db, FirstMovePlayer()))
+
+
+def new_game(client: TestClient, **body: Any) -> dict[str, Any]:
+    r = client.post(GAMES, json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def move(client: TestClient, game_id: str, iccs: str, **extra: Any) -> httpx.Response:
+    return client.post(f"{GAMES}/{game_id}/moves", json={"move": iccs, **extra})
+
+
+def test_new_game_from_start_position(client: TestClient) -> None:
+    g = new_game(client)
+    assert g["fen"].startswith("rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBAKABNR w")
+    assert g["turn"] == "red" and g["model_side"] == "black"
+    assert g["moves"] == [] and g["result"] == "*" and not g["over"] and not g["check"]
+    assert len(g["legal_moves"]) == 44  # perft(1) of the start position
+    assert client.get(f"{GAMES}/{g['id']}").json() == g
+    legal = client.get(f"{GAMES}/{g['id']}/legal-moves").json()
+    assert {m["iccs"] for m in legal["legal_moves"]} == set(g["legal_moves"])
+    assert {"iccs": "h2e2", "wxf": "C2=5"} in legal["legal_moves"]
+
+
+def test_whole_game_against_the_model_to_checkmate(client: TestClient) -> None:
+    g = new_game(client, fen=MATE_IN_TWO, model_side="black")
+    gid = g["id"]
+    r = move(client, gid, "a1a8")
+    assert r.status_code == 200, r.text
+    assert r.json()["model_to_move"] and r.json()["turn"] == "black"
+    r = client.post(f"{GAMES}/{gid}/model-move")
+    assert r.status_code == 200, r.text
+    assert r.json()["model_move"]["iccs"] == "e9f9"  # Black's only legal move
+    r = move(client, gid, "b2b9")
+    assert r.status_code == 200, r.text
+    end = r.json()
+    assert end["over"] and end["result"] == "1-0"
+    assert end["reason"] == "checkmate" and end["winner"] == "red" and end["check"]
+    assert end["legal_moves"] == []
+    assert [(m["iccs"], m["by"], m["side"]) for m in end["moves"]] == [
+        ("a1a8", "human", "red"), ("e9f9", "model", "black"), ("b2b9", "human", "red"),
+    ]
+    # WXF files count from each player's right: Red's a-file is 9, Black's f-file is 6.
+    assert [m["wxf"] for m in end["moves"]] == ["R9+7", "K5=6", "R8+7"]
+    assert end["fen"] == "1R3k3/R8/9/9/9/9/9/9/9/3K5 b - - 3 2"
+    # A finished game takes no more moves, from either side.
+    r = move(client, gid, "a8a9")
+    assert r.status_code == 409 and r.json()["error"]["type"] == "game_over"
+    assert "1-0" in r.json()["error"]["message"]
+    r = client.post(f"{GAMES}/{gid}/model-move")
+    assert r.status_code == 409 and r.json()["error"]["type"] == "game_over"
+
+
+def test_illegal_move_lists_the_legal_moves(client: TestClient) -> None:
+    g = new_game(client, model_side="none")
+    for bad in ("a0a5", "h7e7", "e0e2"):  # blocked chariot, black's cannon, general off palace
+        r = move(client, g["id"], bad)
+        assert r.status_code == 422, bad
+        err = r.json()["error"]
+        assert err["type"] == "illegal_move" and err["field"] == "move"
+        assert bad in err["message"]
+        assert sorted(err["legal_moves"]) == sorted(g["legal_moves"])
+    r = move(client, g["id"], "zz99")
+    assert r.status_code == 422 and r.json()["error"]["type"] == "invalid_move"
+    assert "legal_moves" in r.json()["error"]
+    r = client.post(f"{GAMES}/{g['id']}/moves", json={"mv": "h2e2"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "move"
+    # Nothing was stored by the failed attempts.
+    assert client.get(f"{GAMES}/{g['id']}").json()["version"] == g["version"]
+
+
+def test_moves_out_of_turn(client: TestClient) -> None:
+    g = new_game(client, model_side="red")  # the model moves first
+    assert g["model_to_move"]
+    r = move(client, g["id"], "h2e2")
+    assert r.status_code == 409
+    err = r.json()["error"]
+    assert err["type"] == "not_your_turn" and "model-move" in err["message"]
+    r = client.post(f"{GAMES}/{g['id']}/model-move")
+    assert r.status_code == 200 and r.json()["moves"][0]["by"] == "model"
+    r = client.post(f"{GAMES}/{g['id']}/model-move")  # now it is the human's (Black's) turn
+    assert r.status_code == 409 and r.json()["error"]["type"] == "not_model_turn"
+    # A Red move while Black is to move is illegal, not a second Red move.
+    r = move(client, g["id"], "h2e2")
+    assert r.status_code == 422 and r.json()["error"]["type"] == "illegal_move"
+
+
+def test_undo_against_the_model_takes_back_both_moves(client: TestClient) -> None:
+    g = new_game(client, model_side="black")
+    move(client, g["id"], "h2e2")
+    client.post(f"{GAMES}/{g['id']}/model-move")
+    r = client.post(f"{GAMES}/{g['id']}/undo")
+    assert r.status_code == 200
+    back = r.json()
+    assert back["moves"] == [] and back["fen"] == g["fen"] and back["turn"] == "red"
+    r = client.post(f"{GAMES}/{g['id']}/undo")
+    assert r.status_code == 409 and r.json()["error"]["type"] == "nothing_to_undo"
+    # Two humans: one move at a time.
+    g2 = new_game(client, model_side="none")
+    move(client, g2["id"], "h2e2")
+    move(client, g2["id"], "h9g7")
+    r = client.post(f"{GAMES}/{g2['id']}/undo")
+    assert [m["iccs"] for m in r.json()["moves"]] == ["h2e2"]
+
+
+def test_undo_after_a_mate_reopens_the_game(client: TestClient) -> None:
+    g = new_game(client, fen=MATE_IN_TWO, model_side="none")
+    for m in ("a1a8", "e9f9", "b2b9"):
+        assert move(client, g["id"], m).status_code == 200
+    r = client.post(f"{GAMES}/{g['id']}/undo")
+    assert r.status_code == 200 and not r.json()["over"] and r.json()["result"] == "*"
+
+
+@pytest.mark.parametrize(
+    ("fen", "words"),
+    [
+        ("xx", "fields"),
+        ("rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBAKABN w", ""),
+        ("4k4/9/9/9/9/9/9/9/9/4K4 w - - 0 1", "flying general"),
+        ("rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBAKABNR x", ""),
+        ("x" * 500, "too long"),
+    ],
+)
+def test_malformed_fen_is_422_naming_the_field(client: TestClient, fen: str, words: str) -> None:
+    r = client.post(GAMES, json={"fen": fen})
+    assert r.status_code == 422
+    err = r.json()["error"]
+    assert err["field"] == "fen" and err["type"] == "invalid_fen"
+    assert words in err["message"]
+
+
+def test_bad_requests(client: TestClient) -> None:
+    r = client.post(GAMES, json={"model_side": "blue"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "model_side"
+    r = client.post(GAMES, content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "malformed_json"
+    r = client.get(f"{GAMES}/nope")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+    r = move(client, "nope", "h2e2")
+    assert r.status_code == 404
+
+
+def test_stale_version_is_refused(client: TestClient) -> None:
+    g = new_game(client, model_side="none")
+    assert move(client, g["id"], "h2e2", version=g["version"]).status_code == 200
+    r = move(client, g["id"], "h9g7", version=g["version"])  # based on the old position
+    assert r.status_code == 409 and r.json()["error"]["field"] == "version"
+
+
+def test_restart_mid_game_loses_nothing(db: Path) -> None:
+    first = TestClient(create_app(db, FirstMovePlayer()))
+    g = new_game(first, model_side="black")
+    move(first, g["id"], "h2e2")
+    first.post(f"{GAMES}/{g['id']}/model-move")
+    before = first.get(f"{GAMES}/{g['id']}").json()
+    del first  # the server goes away; a new app instance opens the same file
+    second = TestClient(create_app(db, FirstMovePlayer()))
+    after = second.get(f"{GAMES}/{g['id']}").json()
+    assert after == before
+    r = move(second, g["id"], "h0g2")
+    assert r.status_code == 200 and len(r.json()["moves"]) == 3
+
+
+def test_two_app_instances_on_one_file_never_lose_a_move(db: Path) -> None:
+    """Different processes share only the SQLite file: the version compare-and-swap decides."""
+    a = GameService(GameStore(db), FirstMovePlayer())
+    b = GameService(GameStore(db), FirstMovePlayer())
+    gid = a.create(None, "none")["id"]
+    ok = 0
+    refused = 0
+
+    def play(service: GameService) -> None:
+        nonlocal ok, refused
+        for _ in range(15):
+            state = service.state(gid)
+            if state["over"]:
+                return
+            try:
+                service.move(gid, state["legal_moves"][0], version=state["version"])
+                ok += 1
+            except Exception as e:  # the other instance wrote first
+                assert getattr(e, "status", None) in (409, 422), e
+                refused += 1
+
+    threads = [threading.Thread(target=play, args=(s,)) for s in (a, b, a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    final = a.state(gid)
+    assert len(final["moves"]) == ok and final["version"] == 1 + ok
+    replayed = Board()
+    for m in final["moves"]:
+        replayed.push_iccs(m["iccs"])  # raises if two moves of one side were stored
+    assert ok + refused == 60 or final["over"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A real server.
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def live_server(db: Path) -> Iterator[str]:
+    port = _free_port()
+    config = uvicorn.Config(create_app(db, FirstMovePlayer()), host="127.0.0.1", port=port,
+                            log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_concurrent_moves_on_one_game_never_corrupt_it(live_server: str) -> None:
+    with httpx.Client(base_url=live_server, timeout=30) as http:
+        gid = http.post(GAMES, json={"model_side": "none"}).json()["id"]
+        red_moves = http.get(f"{GAMES}/{gid}").json()["legal_moves"]
+
+        # 1) Every Red opening at once: exactly one can be played; the rest find Black to move.
+        def play(m: str) -> int:
+            return http.post(f"{GAMES}/{gid}/moves", json={"move": m}).status_code
+
+        with ThreadPoolExecutor(16) as pool:
+            codes = list(pool.map(play, red_moves[:16]))
+        assert codes.count(200) == 1 and set(codes) <= {200, 422}, codes
+        state = http.get(f"{GAMES}/{gid}").json()
+        assert len(state["moves"]) == 1 and state["turn"] == "black" and state["version"] == 2
+
+        # 2) Clients that read, then move without a version: every 200 is one stored move.
+        def read_then_move(_: int) -> int:
+            s = http.get(f"{GAMES}/{gid}").json()
+            if s["over"]:
+                return 0
+            r = http.post(f"{GAMES}/{gid}/moves", json={"move": s["legal_moves"][-1]})
+            return r.status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(read_then_move, range(40)))
+        final = http.get(f"{GAMES}/{gid}").json()
+    assert set(codes) <= {0, 200, 409, 422}, codes
+    assert len(final["moves"]) == 1 + codes.count(200)
+    assert final["version"] == 2 + codes.count(200)
+    board = Board()
+    for m in final["moves"]:
+        board.push_iccs(m["iccs"])  # the stored game is a legal sequence
+    assert board.fen() == final["fen"]
+
+
+def test_web_board_is_served(live_server: str) -> None:
+    with httpx.Client(base_url=live_server, timeout=10) as http:
+        page = http.get("/xiangqi", follow_redirects=True)
+        assert page.status_code == 200 and "board.js" in page.text
+        for name, kind in (("board.js", "javascript"), ("board.css", "css"),
+                           ("icon.svg", "svg")):
+            r = http.get(f"/xiangqi/{name}")
+            assert r.status_code == 200 and kind in r.headers["content-type"], name
+        assert http.get("/xiangqi/../api.py").status_code == 404
