@@ -238,7 +238,7 @@ def render(f: NdaFacts, rng: random.Random, level: int, needed: frozenset[str]) 
     if f.damages is not None and (full or "damages" in needed):
         clauses.append(rng.choice(DAMAGES).format(amount=f.damages))
     if full:
-        for extra in rng.sample(DISTRACTORS, rng.randint(0, 2)):
+        for extra in rng.sample(DISTRACTORS, rng.randint(1, 3)):
             clauses.insert(rng.randint(2, len(clauses)), extra)
         if rng.random() < 0.5:
             clauses = [f"{i}. {c}" for i, c in enumerate(clauses, start=1)]

@@ -86,11 +86,11 @@ def sample(rng: random.Random, kind: str) -> PeriodicFacts:
     if kind == LEASE:
         payer, payee, subject = text.person(rng), text.person(rng), text.address(rng)
         amount = rng.randrange(800, 3500, 25)
-        outcome_amount = rng.randrange(500, 3000, 100) if rng.random() < 0.75 else None
+        outcome_amount = rng.randrange(500, 3000, 100) if rng.random() < 0.85 else None
     else:
         payer, payee, subject = text.company(rng), text.company(rng), rng.choice(SERVICES_OFFERED)
         amount = rng.randrange(1000, 9500, 50)
-        outcome_amount = rng.randrange(200, 2000, 50) if rng.random() < 0.75 else None
+        outcome_amount = rng.randrange(200, 2000, 50) if rng.random() < 0.85 else None
     due_day = rng.randint(1, 10)
     late_fee = (rng.choice(GRACE_DAYS), rng.choice(LATE_FEES)) if rng.random() < 0.8 else None
 
@@ -332,7 +332,7 @@ def render(f: PeriodicFacts, rng: random.Random, level: int, needed: frozenset[s
     if f.outcome_amount is not None and (full or "outcome" in needed):
         clauses.append(fmt(rng.choice(OUTCOME[f.kind]), amount=f.outcome_amount))
     if full:
-        for extra in rng.sample(DISTRACTORS[f.kind], rng.randint(0, 2)):
+        for extra in rng.sample(DISTRACTORS[f.kind], rng.randint(1, 3)):
             clauses.insert(rng.randint(2, len(clauses)), extra)
         if rng.random() < 0.5:
             clauses = [f"{i}. {c}" for i, c in enumerate(clauses, start=1)]

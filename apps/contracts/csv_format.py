@@ -1,0 +1,228 @@
+"""The batch-scoring CSV: one row per question, groups of rows share a document.
+
+Header (exactly): ``group_id,document,question_id,question,answer_type,options,gold``.
+
+- ``answer_type``: the answer schema's ``type`` (``choice``, ``boolean``, ``integer``, ...).
+- ``options``: JSON. For ``choice`` the list of options; for other types an object with the
+  schema's remaining fields (``{"minimum": 0, "maximum": 500}``; ``{}`` for boolean).
+- ``gold``: the answer as text (choice: the option; boolean: ``true``/``false``; integer: decimal);
+  empty when unknown (an input to score without gold). The ``gold`` column may be left out.
+- ``document``: the document inline, or ``@relative/path.txt`` to read a file relative to the
+  CSV's folder (``@@`` escapes a document that itself starts with ``@``). Rows after a group's
+  first may leave it empty; a non-empty cell must repeat the same document.
+
+The scoring CLI reuses ``read_groups``; the generator CLI writes with ``write_groups``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from decision.errors import DecisionInputError
+
+HEADER: tuple[str, ...] = ("group_id", "document", "question_id", "question", "answer_type",
+                           "options", "gold")
+MAX_QUESTIONS = 8
+
+csv.field_size_limit(1 << 24)  # documents are long cells
+
+
+class QuestionLike(Protocol):
+    id: str
+    text: str
+    answer: dict[str, Any]
+    gold: Any
+
+
+class GroupLike(Protocol):
+    group_id: str
+    document: str
+    questions: Sequence[QuestionLike]
+
+
+@dataclass
+class CsvQuestion:
+    """A question read from the CSV; ``gold`` is typed (None when the cell is empty)."""
+
+    id: str
+    text: str
+    answer: dict[str, Any]
+    gold: Any = None
+
+
+@dataclass
+class CsvGroup:
+    """A group read from the CSV (same fields as ``types.Group`` that the CSV carries)."""
+
+    group_id: str
+    document: str
+    questions: list[CsvQuestion] = field(default_factory=list)
+
+
+def schema_to_cells(answer: dict[str, Any]) -> tuple[str, str]:
+    """(answer_type, options JSON) for an answer schema dict."""
+    kind = answer.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise DecisionInputError(f"answer schema without a type: {answer!r}", "answer.type")
+    if kind == "choice":
+        return kind, json.dumps(list(answer.get("options", [])))
+    rest = {k: v for k, v in answer.items() if k != "type"}
+    return kind, json.dumps(rest)
+
+
+def gold_to_text(gold: Any) -> str:
+    """The gold cell: booleans as true/false, numbers in decimal, JSON values as JSON."""
+    if gold is None:
+        return ""
+    if isinstance(gold, bool):
+        return "true" if gold else "false"
+    if isinstance(gold, int | float | str):
+        return str(gold)
+    return json.dumps(gold)
+
+
+def write_groups(groups: Iterable[GroupLike], path: str | Path) -> int:
+    """Write groups as CSV rows (the document inline on every row); returns the rows written."""
+    rows = 0
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(HEADER)
+        for group in groups:
+            document = "@" + group.document if group.document.startswith("@") else group.document
+            for q in group.questions:
+                answer_type, options = schema_to_cells(q.answer)
+                writer.writerow([group.group_id, document, q.id, q.text, answer_type, options,
+                                 gold_to_text(q.gold)])
+                rows += 1
+    return rows
+
+
+def _schema(answer_type: str, options_cell: str, where: str) -> dict[str, Any]:
+    try:
+        options = json.loads(options_cell) if options_cell.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise DecisionInputError(f"{where}: options is not JSON ({exc.msg})",
+                                 f"{where}.options") from None
+    if answer_type == "choice":
+        if not isinstance(options, list) or not options or not all(
+                isinstance(o, str) for o in options):
+            raise DecisionInputError(f"{where}: choice options must be a non-empty JSON list of "
+                                     "strings", f"{where}.options")
+        return {"type": "choice", "options": options}
+    if not isinstance(options, dict):
+        raise DecisionInputError(f"{where}: options for {answer_type!r} must be a JSON object",
+                                 f"{where}.options")
+    if "type" in options:
+        raise DecisionInputError(f"{where}: options must not repeat the type", f"{where}.options")
+    return {"type": answer_type, **options}
+
+
+def parse_gold(text: str, answer: dict[str, Any], where: str = "gold") -> Any:
+    """The typed gold value of a gold cell under its schema (None for an empty cell)."""
+    if text == "":
+        return None
+    kind = answer["type"]
+    bad = DecisionInputError(f"{where}: gold {text!r} does not fit a {kind} answer", where)
+    if kind == "choice":
+        if text not in answer["options"]:
+            raise bad
+        return text
+    if kind == "boolean":
+        if text.strip().lower() not in ("true", "false"):
+            raise bad
+        return text.strip().lower() == "true"
+    if kind == "integer":
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise bad from None
+        low, high = answer.get("minimum"), answer.get("maximum")
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise DecisionInputError(f"{where}: gold {value} is outside [{low}, {high}]", where)
+        return value
+    if kind == "number":
+        try:
+            return float(text)
+        except ValueError:
+            raise bad from None
+    if kind == "json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            raise bad from None
+    return text
+
+
+def _document(cell: str, base: Path, where: str) -> str:
+    if cell.startswith("@@"):
+        return cell[1:]
+    if cell.startswith("@"):
+        target = (base / cell[1:]).resolve()
+        try:
+            return target.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DecisionInputError(f"{where}: cannot read document file {cell[1:]!r} "
+                                     f"({exc.strerror})", f"{where}.document") from None
+    return cell
+
+
+def read_groups(path: str | Path) -> list[CsvGroup]:
+    """Read a batch-scoring CSV into groups, in order of first appearance.
+
+    Raises DecisionInputError naming the row and column for a bad header, a missing document,
+    a duplicate question id, more than eight questions in a group, bad options or a gold value
+    that does not fit its schema.
+    """
+    path = Path(path)
+    groups: dict[str, CsvGroup] = {}
+    try:
+        handle = open(path, newline="", encoding="utf-8")
+    except OSError as exc:
+        raise DecisionInputError(f"cannot open {path}: {exc.strerror}", "path") from None
+    with handle:
+        reader = csv.reader(handle)
+        header = tuple(next(reader, ()))
+        if header not in (HEADER, HEADER[:-1]):
+            raise DecisionInputError(f"{path}: header must be {','.join(HEADER)}; got "
+                                     f"{','.join(header)!r}", "header")
+        for number, row in enumerate(reader, start=2):
+            if not row:
+                continue
+            where = f"row {number}"
+            if len(row) != len(header):
+                raise DecisionInputError(f"{where}: expected {len(header)} cells, got {len(row)}",
+                                         where)
+            cells = dict(zip(header, row, strict=True))
+            group_id, question_id = cells["group_id"].strip(), cells["question_id"].strip()
+            if not group_id or not question_id:
+                raise DecisionInputError(f"{where}: group_id and question_id must not be empty",
+                                         where)
+            if not cells["question"].strip():
+                raise DecisionInputError(f"{where}: empty question", f"{where}.question")
+            if not cells["answer_type"].strip():
+                raise DecisionInputError(f"{where}: empty answer_type", f"{where}.answer_type")
+            document = _document(cells["document"], path.parent, where)
+            group = groups.get(group_id)
+            if group is None:
+                if not document:
+                    raise DecisionInputError(f"{where}: the first row of group {group_id!r} needs "
+                                             "a document", f"{where}.document")
+                group = groups[group_id] = CsvGroup(group_id, document)
+            elif document and document != group.document:
+                raise DecisionInputError(f"{where}: group {group_id!r} has two different "
+                                         "documents", f"{where}.document")
+            if any(q.id == question_id for q in group.questions):
+                raise DecisionInputError(f"{where}: duplicate question_id {question_id!r} in "
+                                         f"group {group_id!r}", f"{where}.question_id")
+            if len(group.questions) == MAX_QUESTIONS:
+                raise DecisionInputError(f"{where}: group {group_id!r} has more than "
+                                         f"{MAX_QUESTIONS} questions", f"{where}.group_id")
+            answer = _schema(cells["answer_type"].strip(), cells["options"], where)
+            gold = parse_gold(cells.get("gold", ""), answer, f"{where}.gold")
+            group.questions.append(CsvQuestion(question_id, cells["question"], answer, gold))
+    return list(groups.values())

@@ -1,0 +1,63 @@
+"""CLI: write generated contract groups to a batch-scoring CSV (with gold answers).
+
+    python -m apps.contracts.generate --seed-start 20000000 --groups 500 --level 2 --out test.csv
+
+The seed range must lie inside one split (apps/contracts/splits.py); the split is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator
+
+from apps.contracts.csv_format import write_groups
+from apps.contracts.generator import LEVELS, generate_groups
+from apps.contracts.splits import split_of
+from apps.contracts.types import Group
+from decision.errors import DecisionInputError
+
+
+def _with_progress(groups: Iterator[Group], total: int, every: int) -> Iterator[Group]:
+    start = time.monotonic()
+    for done, group in enumerate(groups, start=1):
+        yield group
+        if done % every == 0 or done == total:
+            rate = done / max(time.monotonic() - start, 1e-9)
+            print(f"  {done}/{total} groups ({rate:.0f}/s)", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write generated contract groups as CSV.")
+    parser.add_argument("--seed-start", type=int, required=True, help="first seed")
+    parser.add_argument("--groups", type=int, required=True, help="number of groups (seeds)")
+    parser.add_argument("--level", type=int, default=2, choices=LEVELS,
+                        help="1: only the relevant clauses; 2: full documents (default)")
+    parser.add_argument("--out", required=True, help="CSV file to write")
+    args = parser.parse_args(argv)
+    try:
+        if args.groups < 1:
+            raise DecisionInputError("--groups must be at least 1", "groups")
+        if args.seed_start < 0:
+            raise DecisionInputError("--seed-start must be >= 0", "seed_start")
+        first, last = args.seed_start, args.seed_start + args.groups - 1
+        split = split_of(first)
+        if split != split_of(last):
+            raise DecisionInputError(f"seeds {first}..{last} straddle splits ({split} and "
+                                     f"{split_of(last)}); keep a file inside one split", "groups")
+        print(f"seeds {first}..{last} (split: {split or 'none'}), level {args.level}",
+              file=sys.stderr)
+        groups = generate_groups(first, args.groups, args.level)
+        if args.groups >= 1000:
+            groups = _with_progress(groups, args.groups, max(1000, args.groups // 20))
+        rows = write_groups(groups, args.out)
+    except DecisionInputError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.groups} groups, {rows} questions to {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
