@@ -53,10 +53,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.set_defaults(func=run_serve)
 
 
-def run_perft(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def run_perft(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Print the perft count (and per-move counts with ``--divide``) and the time taken."""
     from apps.xiangqi.perft import divide, perft
 
+    out = out or sys.stdout
     if args.depth < 0:
         print("depth must be >= 0", file=sys.stderr)
         return 2
@@ -84,13 +85,15 @@ def _print_position(board: Board, out: TextIO) -> None:
 
 def run_play(
     args: argparse.Namespace,
-    inp: TextIO = sys.stdin,
-    out: TextIO = sys.stdout,
+    inp: TextIO | None = None,
+    out: TextIO | None = None,
     player_factory: Callable[[], object] | None = None,
 ) -> int:
     """A game in the terminal: you type ICCS moves, the model answers for its side."""
     from apps.xiangqi.model_player import choose_move, player_from_setting
 
+    inp = inp or sys.stdin
+    out = out or sys.stdout
     board = Board(args.fen)
     player = None
 

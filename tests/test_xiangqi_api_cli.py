@@ -1,0 +1,51 @@
+"""``decision xiangqi`` subcommands: perft and a terminal game driven through stdin."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+from apps.xiangqi import Board, Move
+from apps.xiangqi.cli import main, register, run_play
+
+MATE_IN_TWO = "4k4/9/9/9/9/9/9/1R7/R8/3K5 w - - 0 1"
+
+
+class FirstMovePlayer:
+    def choose(self, board: Board) -> Move:
+        return board.legal_moves[0]
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+def test_perft_counts(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["perft", "--depth", "2"]) == 0
+    assert "perft(2) = 1920" in capsys.readouterr().out
+    assert main(["perft", "--depth", "1", "--divide"]) == 0
+    out = capsys.readouterr().out
+    assert "h2e2: 1" in out and "perft(1) = 44" in out
+
+
+def test_terminal_game_to_mate_with_undo_and_bad_input() -> None:
+    args = parse(["xiangqi", "play", "--model-side", "black", "--fen", MATE_IN_TWO])
+    typed = "a1b2\nmoves\na1a8\nundo\nzz\na1a8\nb2b9\n"
+    out = io.StringIO()
+    status = run_play(args, io.StringIO(typed), out, player_factory=FirstMovePlayer)
+    text = out.getvalue()
+    assert status == 0
+    assert "not played: illegal move a1b2" in text  # a chariot does not move diagonally
+    assert "a1a2 a1a3" in text  # the 'moves' listing
+    assert text.count("model plays e9f9 = K5=6") == 2  # once before and once after the undo
+    assert "not played: 'zz' is not an ICCS move" in text
+    assert text.rstrip().endswith("game over: 1-0 (checkmate)")
+
+
+def test_terminal_game_ends_on_end_of_input() -> None:
+    args = parse(["xiangqi", "play", "--model-side", "red"])
+    out = io.StringIO()
+    assert run_play(args, io.StringIO(""), out, player_factory=FirstMovePlayer) == 0
+    assert "model plays" in out.getvalue()  # the model (Red) opened before input ran out
