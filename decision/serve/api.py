@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from decision.errors import DecisionInputError
+from decision.schemas.models import Question
 
 Mode = Literal["joint", "standalone"]
 
@@ -25,20 +26,6 @@ class DecideOptions(BaseModel):
     )
     return_probabilities: bool = Field(
         False, description="Also return each option's probability (choice and boolean answers)."
-    )
-
-
-class QuestionIn(BaseModel):
-    """One question and the schema its answer must follow."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str = Field(min_length=1, max_length=128, description="Unique within the request.")
-    text: str = Field(min_length=1, max_length=20_000)
-    answer: dict[str, Any] = Field(
-        description='Answer schema, discriminated by "type": choice, boolean, integer, number, '
-        "pattern or json.",
-        examples=[{"type": "choice", "options": ["yes", "no", "not stated"]}],
     )
 
 
@@ -65,7 +52,12 @@ class DecideBody(BaseModel):
     )
 
     document: str = Field(description="The material the questions are about.")
-    questions: list[QuestionIn] = Field(min_length=1, description="At most 8 in joint mode.")
+    questions: list[Question] = Field(
+        min_length=1,
+        description='At most 8 in joint mode. Each: id, text and an answer schema discriminated by '
+        '"type": choice (options), boolean, integer (minimum, maximum), number, pattern (regex, '
+        'max_tokens) or json (schema, max_tokens).',
+    )
     mode: Mode = "joint"
     options: DecideOptions = Field(default_factory=DecideOptions)
 

@@ -1,0 +1,167 @@
+"""The predictions file: written one group at a time (flushed), recovered for ``--resume``.
+
+Each group's rows (every question, for every mode scored) are written with one ``write`` and
+flushed, so an interrupted run leaves whole groups plus at most one partial group at the end.
+``recover`` keeps the complete groups, cuts off the rest (including a partially written last
+line) and reports which groups are done, so a resumed run continues where the first stopped.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from decision.errors import DecisionInputError
+
+OUTPUT_COLUMNS: tuple[str, ...] = (
+    "group_id",
+    "question_id",
+    "mode",
+    "answer_type",
+    "prediction",
+    "confidence",
+    "gold",
+    "correct",
+    "steps",
+    "tokens_per_forward",
+)
+
+
+@dataclass(frozen=True)
+class PredictionRow:
+    """One answered question in one mode. ``correct`` is None when there is no gold."""
+
+    group_id: str
+    question_id: str
+    mode: str
+    answer_type: str
+    prediction: str
+    confidence: float
+    gold: str | None
+    correct: bool | None
+    steps: int
+    tokens_per_forward: float
+
+    def cells(self) -> list[str]:
+        return [
+            self.group_id,
+            self.question_id,
+            self.mode,
+            self.answer_type,
+            self.prediction,
+            f"{self.confidence:.6f}",
+            "" if self.gold is None else self.gold,
+            "" if self.correct is None else str(int(self.correct)),
+            str(self.steps),
+            f"{self.tokens_per_forward:.4f}",
+        ]
+
+    @classmethod
+    def from_cells(cls, cells: Mapping[str, str]) -> PredictionRow:
+        return cls(
+            group_id=cells["group_id"],
+            question_id=cells["question_id"],
+            mode=cells["mode"],
+            answer_type=cells["answer_type"],
+            prediction=cells["prediction"],
+            confidence=float(cells["confidence"]),
+            gold=cells["gold"] if cells["gold"] != "" else None,
+            correct=None if cells["correct"] == "" else cells["correct"] == "1",
+            steps=int(cells["steps"]),
+            tokens_per_forward=float(cells["tokens_per_forward"]),
+        )
+
+
+def _encode_rows(rows: Iterable[list[str]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+class PredictionWriter:
+    """Appends whole groups to the predictions file, flushing after each."""
+
+    def __init__(self, path: Path, *, append: bool) -> None:
+        self.path = path
+        fresh = not append or not path.exists() or path.stat().st_size == 0
+        self._file: IO[str] = path.open("w" if fresh else "a", encoding="utf-8", newline="")
+        if fresh:
+            self._file.write(_encode_rows([list(OUTPUT_COLUMNS)]))
+            self._file.flush()
+
+    def write_group(self, rows: list[PredictionRow]) -> None:
+        # One write per group: a crash leaves whole groups and at most one partial group.
+        self._file.write(_encode_rows(row.cells() for row in rows))
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> PredictionWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_predictions(path: Path) -> list[PredictionRow]:
+    """Every row of a complete predictions file."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        if tuple(reader.fieldnames or ()) != OUTPUT_COLUMNS:
+            raise DecisionInputError(
+                f"{path}: not a predictions file (header {reader.fieldnames})", "out"
+            )
+        return [PredictionRow.from_cells(row) for row in reader]
+
+
+def recover(path: Path, expected_rows: Mapping[str, int]) -> set[str]:
+    """Keep the complete groups of an interrupted predictions file; return their ids.
+
+    A group is complete when its consecutive rows number ``expected_rows[group_id]``
+    (questions x modes). The file is truncated just after the last complete group that
+    precedes anything incomplete or unknown, which also discards a partial last line.
+    """
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1  # a last line without its newline was cut by the interruption
+    lines = data[:end].decode("utf-8").splitlines(keepends=True)
+    if not lines:
+        path.write_bytes(b"")
+        return set()
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line.encode("utf-8")))
+    reader = csv.reader(iter(lines))
+    header = next(reader, None)
+    if header is None or tuple(header) != OUTPUT_COLUMNS:
+        raise DecisionInputError(
+            f"{path}: exists but is not a predictions file of this tool; refusing to resume "
+            "into it (remove it or choose another --out)",
+            "out",
+        )
+    keep = offsets[reader.line_num]  # end of the header
+    done: set[str] = set()
+    current: str | None = None
+    count = 0
+    for record in reader:
+        group_id = record[0] if record else ""
+        if group_id != current:
+            if current is not None and current not in done:
+                break  # an incomplete group: everything from it on is redone
+            current, count = group_id, 0
+        count += 1
+        if len(record) != len(OUTPUT_COLUMNS) or group_id in done:
+            break
+        if count == expected_rows.get(group_id, -1):
+            done.add(group_id)
+            keep = offsets[reader.line_num]
+    with path.open("r+b") as handle:
+        handle.truncate(keep)
+    return done

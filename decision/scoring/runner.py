@@ -1,0 +1,171 @@
+"""Batch scoring: groups from the CSV through the engine, predictions written group by group.
+
+Groups are decided a few at a time in one ``decide_many`` call (every mode asked for), then each
+group's rows are written and flushed before the next batch, so an interrupted run loses at most
+the batch in flight, and ``resume`` skips the groups already complete in the output.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from decision.errors import DecisionInputError
+from decision.scoring.gold import is_correct
+from decision.scoring.groups import InputGroup, Problem, read_groups
+from decision.scoring.output import PredictionRow, PredictionWriter, read_predictions, recover
+from decision.scoring.progress import Progress
+from decision.serve.api import DecideBody, DecideOptions
+from decision.serve.service import ServiceEngine
+
+MODES: dict[str, tuple[str, ...]] = {
+    "joint": ("joint",),
+    "standalone": ("standalone",),
+    "both": ("joint", "standalone"),
+}
+
+
+@dataclass
+class ScoreResult:
+    """What a run did: groups read, skipped by resume, scored now; rows and problems."""
+
+    groups: list[InputGroup]
+    modes: tuple[str, ...]
+    resumed: int
+    scored: int
+    problems: list[Problem] = field(default_factory=list)
+    predictions: list[PredictionRow] = field(default_factory=list)
+
+
+def _body(group: InputGroup, mode: str, options: DecideOptions) -> DecideBody:
+    return DecideBody(
+        document=group.document,
+        questions=[q.question for q in group.questions],
+        mode=mode,  # type: ignore[arg-type]
+        options=options,
+    )
+
+
+def _rows(group: InputGroup, mode: str, decision: Any) -> list[PredictionRow]:
+    by_id = {a.id: a for a in decision.answers}
+    rows = []
+    for q in group.questions:
+        answer = by_id[q.question.id]
+        correct = None if q.gold is None else is_correct(q.question.answer, answer.value, q.gold)
+        rows.append(
+            PredictionRow(
+                group_id=group.group_id,
+                question_id=q.question.id,
+                mode=mode,
+                answer_type=q.question.answer.type,
+                prediction=answer.text,
+                confidence=float(answer.confidence),
+                gold=q.gold_text,
+                correct=correct,
+                steps=int(decision.steps),
+                tokens_per_forward=float(decision.tokens_per_forward),
+            )
+        )
+    return rows
+
+
+def _decide_all(engine: ServiceEngine, prepared: list[Any]) -> list[Any]:
+    """One ``decide_many`` for the batch; on failure, one by one so only the culprit fails."""
+    if not prepared:
+        return []
+    try:
+        results = list(engine.decide_many(prepared))
+        if len(results) == len(prepared):
+            return results
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception:  # noqa: BLE001 - isolate below
+        if len(prepared) == 1:
+            raise
+    out: list[Any] = []
+    for item in prepared:
+        try:
+            out.append(engine.decide_many([item])[0])
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported as this group's problem
+            out.append(exc)
+    return out
+
+
+def score_csv(
+    input_path: Path,
+    out_path: Path,
+    engine: ServiceEngine,
+    *,
+    mode: str = "joint",
+    resume: bool = False,
+    strict: bool = False,
+    batch_groups: int = 8,
+    options: DecideOptions | None = None,
+    progress_stream: TextIO | None = None,
+    show_progress: bool = True,
+) -> ScoreResult:
+    """Score every group of ``input_path`` into ``out_path`` (see the module docstring)."""
+    if mode not in MODES:
+        raise DecisionInputError(f"mode must be one of {sorted(MODES)}, got {mode!r}", "mode")
+    if batch_groups < 1:
+        raise DecisionInputError("batch_groups must be at least 1", "batch_groups")
+    modes = MODES[mode]
+    options = options or DecideOptions()
+    stream = progress_stream if progress_stream is not None else sys.stderr
+    groups, problems = read_groups(input_path, strict=strict)
+    for problem in problems:
+        print(f"{input_path}:{problem.line}: skipped: {problem.reason}", file=stream)
+    expected = {g.group_id: len(g.questions) * len(modes) for g in groups}
+    done = recover(out_path, expected) if resume else set()
+    todo = [g for g in groups if g.group_id not in done]
+    bar = Progress(len(groups), done=len(done), stream=stream, enabled=show_progress)
+    scored = 0
+    with PredictionWriter(out_path, append=resume) as writer:
+        for start in range(0, len(todo), batch_groups):
+            chunk = todo[start : start + batch_groups]
+            jobs: list[tuple[InputGroup, str]] = []
+            prepared: list[Any] = []
+            failed: dict[str, str] = {}
+            for group in chunk:
+                for m in modes:
+                    try:
+                        prepared.append(engine.prepare(_body(group, m, options)))
+                        jobs.append((group, m))
+                    except DecisionInputError as exc:
+                        where = f" ({exc.field})" if exc.field else ""
+                        failed.setdefault(group.group_id, f"{m}: {exc.message}{where}")
+            results = _decide_all(engine, prepared)
+            per_group: dict[str, list[PredictionRow]] = {g.group_id: [] for g in chunk}
+            for (group, m), result in zip(jobs, results, strict=True):
+                if isinstance(result, BaseException):
+                    failed.setdefault(group.group_id, f"{m}: {type(result).__name__}: {result}")
+                else:
+                    per_group[group.group_id].extend(_rows(group, m, result))
+            for group in chunk:
+                if group.group_id in failed:
+                    problem = Problem(group.line, group.group_id, failed[group.group_id])
+                    if strict:
+                        raise DecisionInputError(
+                            f"{input_path}:{problem.line}: group {group.group_id!r}: "
+                            f"{problem.reason}", f"line {problem.line}",
+                        )
+                    problems.append(problem)
+                    print(f"{input_path}:{problem.line}: group {group.group_id} skipped: "
+                          f"{problem.reason}", file=stream)
+                else:
+                    writer.write_group(per_group[group.group_id])
+                    scored += 1
+                bar.update()
+    bar.close()
+    return ScoreResult(
+        groups=groups,
+        modes=modes,
+        resumed=len(done),
+        scored=scored,
+        problems=problems,
+        predictions=read_predictions(out_path),
+    )

@@ -1,0 +1,170 @@
+"""Scoring CSV input (malformed rows by line number, @documents) and the predictions file
+(incremental groups, recovery after an interruption)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from decision.errors import DecisionInputError
+from decision.scoring.groups import INPUT_COLUMNS, read_groups
+from decision.scoring.output import (
+    OUTPUT_COLUMNS,
+    PredictionRow,
+    PredictionWriter,
+    read_predictions,
+    recover,
+)
+
+CHOICE = json.dumps(["yes", "no", "not stated"])
+
+
+def _csv(rows: list[list[str]], header: tuple[str, ...] = INPUT_COLUMNS) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def test_groups_in_order_with_at_documents_and_typed_gold(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "lease.txt").write_text("Lease text.\nSecond line.", encoding="utf-8")
+    text = _csv([
+        ["g2", "Doc two", "a", "Timely?", "boolean", "", "yes"],
+        ["g1", "@docs/lease.txt", "x", "Which?", "choice", CHOICE, "not stated"],
+        ["g2", "", "b", "Days?", "integer", '{"minimum": 0, "maximum": 90}', "30"],
+        ["g1", "@docs/lease.txt", "y", "Ok?", "boolean", "", ""],
+    ])
+    path = tmp_path / "in.csv"
+    path.write_text(text, encoding="utf-8")
+    groups, problems = read_groups(path)
+    assert problems == []
+    assert [g.group_id for g in groups] == ["g2", "g1"]
+    g2, g1 = groups
+    assert g1.document == "Lease text.\nSecond line."
+    assert [q.question.id for q in g2.questions] == ["a", "b"]
+    assert [q.gold for q in g2.questions] == [True, 30]
+    assert g1.questions[1].gold is None and g1.questions[1].gold_text is None
+    assert [q.line for q in g2.questions] == [2, 4]
+
+
+MALFORMED = [
+    (["g", "D", "q1", "Q", "color", "", ""], "color"),  # unknown answer type
+    (["g", "D", "q1", "Q", "choice", "[not json", ""], "not JSON"),
+    (["g", "D", "q1", "Q", "choice", "[]", ""], "at least 1"),  # empty options
+    (["g", "D", "q1", "Q", "choice", '{"a": 1}', ""], "JSON list"),
+    (["g", "D", "q1", "Q", "boolean", "", "maybe"], "yes/no"),
+    (["g", "D", "q1", "Q", "integer", '{"minimum": 0, "maximum": 9}', "12"], "outside"),
+    (["g", "D", "q1", "Q", "integer", '{"minimum": 5, "maximum": 1}', ""], "above maximum"),
+    (["", "D", "q1", "Q", "boolean", "", ""], "group_id is empty"),
+    (["g", "D", "", "Q", "boolean", "", ""], "id"),
+    (["g", "D", "q1", "", "boolean", "", ""], "text"),
+    (["g", "@missing.txt", "q1", "Q", "boolean", "", ""], "cannot be read"),
+    (["g", "D", "q1", "Q", "boolean", "", "", "extra"], "8 cells"),
+    (["g", "", "q1", "Q", "boolean", "", ""], "must carry the document"),
+]
+
+
+@pytest.mark.parametrize(("row", "reason"), MALFORMED, ids=[r for _, r in MALFORMED])
+def test_malformed_row_is_skipped_with_its_line_or_stops_when_strict(
+    tmp_path: Path, row: list[str], reason: str
+) -> None:
+    good = ["ok", "A document", "q1", "Fine?", "boolean", "", "no"]
+    # a quoted multi-line document before the bad row: line numbers count physical lines
+    multi = ["m", "line one\nline two\nline three", "q1", "Q?", "boolean", "", ""]
+    path = tmp_path / "in.csv"
+    path.write_text(_csv([good, multi, row, good[:2] + ["q2"] + good[3:]]), encoding="utf-8")
+    groups, problems = read_groups(path)
+    assert len(problems) == 1
+    assert problems[0].line == 6  # header 1, good 2, multi 3-5, bad row 6
+    assert reason in problems[0].reason
+    assert [g.group_id for g in groups] == ["ok", "m"]
+    assert len(groups[0].questions) == 2  # the good row after the bad one is kept
+    with pytest.raises(DecisionInputError, match=r"in\.csv:6: "):
+        read_groups(path, strict=True)
+
+
+def test_group_level_row_problems(tmp_path: Path) -> None:
+    path = tmp_path / "in.csv"
+    path.write_text(_csv([
+        ["g", "Doc", "q1", "Q", "boolean", "", ""],
+        ["g", "Doc", "q1", "Again", "boolean", "", ""],
+        ["g", "Other doc", "q2", "Q", "boolean", "", ""],
+    ]), encoding="utf-8")
+    groups, problems = read_groups(path)
+    assert [(p.line, p.group_id) for p in problems] == [(3, "g"), (4, "g")]
+    assert "duplicate question_id" in problems[0].reason
+    assert "differs" in problems[1].reason
+    assert len(groups[0].questions) == 1
+
+
+def test_bad_header_and_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "in.csv"
+    path.write_text("group_id,document,question\n", encoding="utf-8")
+    with pytest.raises(DecisionInputError, match="header lacks"):
+        read_groups(path)
+    with pytest.raises(DecisionInputError, match="cannot open"):
+        read_groups(tmp_path / "absent.csv")
+    # gold is optional: a header without it is accepted
+    path.write_text(_csv([["g", "D", "q", "Q", "boolean", "", ""]], INPUT_COLUMNS[:-1])
+                    .replace(",\n", "\n"), encoding="utf-8")
+    groups, problems = read_groups(path)
+    assert problems == [] and groups[0].questions[0].gold is None
+
+
+def _row(group: str, qid: str, mode: str = "joint") -> PredictionRow:
+    return PredictionRow(group, qid, mode, "boolean", "yes", 0.75, "yes", True, 3, 1.5)
+
+
+def test_predictions_round_trip(tmp_path: Path) -> None:
+    out = tmp_path / "out.csv"
+    with PredictionWriter(out, append=False) as writer:
+        writer.write_group([_row("g,1", "a"), _row("g,1", "b", "standalone")])
+    rows = read_predictions(out)
+    assert rows == [_row("g,1", "a"), _row("g,1", "b", "standalone")]
+    assert out.read_text().splitlines()[0] == ",".join(OUTPUT_COLUMNS)
+
+
+def test_recover_keeps_complete_groups_and_cuts_the_rest(tmp_path: Path) -> None:
+    out = tmp_path / "out.csv"
+    with PredictionWriter(out, append=False) as writer:
+        writer.write_group([_row("g1", "a"), _row("g1", "b")])
+        writer.write_group([_row("g2", "a"), _row("g2", "b")])
+    complete = out.read_bytes()
+    # an interrupted third group: one whole line and a partial one
+    with out.open("ab") as handle:
+        handle.write(b"g3,a,joint,boolean,yes,0.5,,,1,1.0\ng3,b,joi")
+    expected = {"g1": 2, "g2": 2, "g3": 2}
+    assert recover(out, expected) == {"g1", "g2"}
+    assert out.read_bytes() == complete
+    # appending after recovery continues the same file
+    with PredictionWriter(out, append=True) as writer:
+        writer.write_group([_row("g3", "a"), _row("g3", "b")])
+    assert [r.group_id for r in read_predictions(out)] == ["g1", "g1", "g2", "g2", "g3", "g3"]
+    assert recover(out, expected) == {"g1", "g2", "g3"}
+
+
+def test_recover_stops_at_an_incomplete_group_even_if_later_ones_are_whole(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out.csv"
+    with PredictionWriter(out, append=False) as writer:
+        writer.write_group([_row("g1", "a"), _row("g1", "b")])
+        header_and_g1 = out.read_bytes()
+        writer.write_group([_row("g2", "a")])  # short: g2 expects 2 rows
+        writer.write_group([_row("g3", "a"), _row("g3", "b")])
+    assert recover(out, {"g1": 2, "g2": 2, "g3": 2}) == {"g1"}
+    assert out.read_bytes() == header_and_g1
+
+
+def test_recover_refuses_a_foreign_file(tmp_path: Path) -> None:
+    out = tmp_path / "out.csv"
+    out.write_text("name,value\nx,1\n")
+    with pytest.raises(DecisionInputError, match="not a predictions file"):
+        recover(out, {"x": 1})
+    assert recover(tmp_path / "none.csv", {}) == set()
