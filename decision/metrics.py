@@ -1,0 +1,277 @@
+"""Evaluation statistics for question groups: pure functions used by `decision eval` and the
+batch scorer.
+
+Inputs are ``Record`` s: one per answered question, with its group, whether it was right, its
+question type and the decoding mode (``"joint"`` or ``"standalone"``). Definitions:
+
+- **Per-question accuracy** with a cluster-robust standard error by group (questions of one group
+  share a document, so their errors are correlated). With ``y_i`` in {0, 1}, ``N`` questions,
+  ``G`` groups and ``p = sum y_i / N``, the cluster-robust sandwich variance of a mean
+  (Liang & Zeger 1986; Cameron & Miller 2015, "A Practitioner's Guide to Cluster-Robust
+  Inference") with the usual G/(G-1) small-sample factor is
+  ``V = G / (G - 1) * sum_g (sum_{i in g} (y_i - p))^2 / N^2``; the interval is
+  ``p +- 1.96 sqrt(V)`` clipped to [0, 1]. With one group the standard error is undefined (NaN).
+- **Groups fully correct**: the share of groups whose every question is right, with the Wilson
+  score interval (Wilson 1927): ``(p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)``.
+- **Independence baseline** ``E[p^k]``: the share of groups one would expect fully correct if
+  each question were right independently with the accuracy of its question type. With ``a_t``
+  the accuracy of type ``t`` over all records of the mode, it is
+  ``(1/G) sum_g prod_{i in g} a_{t(i)}``; with a single type and groups of size k this is
+  ``E[p^k]``. Groups fully correct above this baseline means the errors are positively correlated
+  within groups (or, with joint decoding, that answers help each other).
+- **Paired joint-minus-standalone difference**: on the same questions, the difference in
+  per-question accuracy (sum of per-question differences / N) and in groups fully correct, with a
+  percentile bootstrap 95% interval that resamples whole groups with replacement (seeded).
+- **Majority baseline** per question type: the share of its questions whose gold equals the most
+  frequent gold of that type (needs ``gold`` on the records).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from decision.errors import DecisionInputError
+
+Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal
+
+
+@dataclass(frozen=True)
+class Record:
+    """One answered question. ``gold`` is optional (only the majority baseline needs it)."""
+
+    group_id: str
+    question_id: str
+    correct: bool
+    qtype: str = ""
+    mode: str = "joint"
+    gold: Any = None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A proportion with its 95% interval; ``se`` when the interval is a normal one."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+    se: float | None = None
+
+
+@dataclass(frozen=True)
+class TypeStat:
+    """Accuracy of one question type, its count, and its majority baseline (None: no gold)."""
+
+    accuracy: float
+    n: int
+    majority: float | None
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Joint minus standalone on the same questions, with bootstrap 95% intervals."""
+
+    question: Estimate
+    group: Estimate
+    n_groups: int
+    n_boot: int
+
+
+def _check(records: Sequence[Record]) -> None:
+    if not records:
+        raise DecisionInputError("no records to evaluate", "records")
+    seen: set[tuple[str, str, str]] = set()
+    for r in records:
+        key = (r.mode, r.group_id, r.question_id)
+        if key in seen:
+            raise DecisionInputError(f"question {r.question_id!r} of group {r.group_id!r} appears "
+                                     f"twice in mode {r.mode!r}", "records")
+        seen.add(key)
+
+
+def _by_group(records: Iterable[Record]) -> dict[str, list[Record]]:
+    groups: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        groups[r.group_id].append(r)
+    return dict(groups)
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for ``successes`` out of ``n`` (see the module docstring)."""
+    if n <= 0 or not 0 <= successes <= n:
+        raise DecisionInputError(f"need 0 <= successes <= n and n > 0, got {successes}/{n}", "n")
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def per_question_accuracy(records: Sequence[Record], z: float = Z95) -> Estimate:
+    """Share of questions answered right, with the cluster-robust (by group) standard error."""
+    _check(records)
+    n = len(records)
+    p = sum(r.correct for r in records) / n
+    groups = _by_group(records)
+    g = len(groups)
+    if g < 2:
+        return Estimate(p, math.nan, math.nan, n, math.nan)
+    resid = sum(sum(r.correct - p for r in rows) ** 2 for rows in groups.values())
+    se = math.sqrt(g / (g - 1) * resid / (n * n))
+    return Estimate(p, max(0.0, p - z * se), min(1.0, p + z * se), n, se)
+
+
+def group_accuracy(records: Sequence[Record], z: float = Z95) -> Estimate:
+    """Share of groups with every question right, with the Wilson interval."""
+    _check(records)
+    groups = _by_group(records)
+    full = sum(all(r.correct for r in rows) for rows in groups.values())
+    low, high = wilson_interval(full, len(groups), z)
+    return Estimate(full / len(groups), low, high, len(groups))
+
+
+def accuracy_by_qtype(records: Sequence[Record]) -> dict[str, TypeStat]:
+    """Accuracy, count and majority baseline of each question type, sorted by type name."""
+    _check(records)
+    by_type: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        by_type[r.qtype].append(r)
+    out: dict[str, TypeStat] = {}
+    for qtype in sorted(by_type):
+        rows = by_type[qtype]
+        majority = None
+        if all(r.gold is not None for r in rows):
+            counts = Counter(repr(r.gold) for r in rows)  # repr: True and 1 stay apart
+            majority = counts.most_common(1)[0][1] / len(rows)
+        out[qtype] = TypeStat(sum(r.correct for r in rows) / len(rows), len(rows), majority)
+    return out
+
+
+def majority_baseline(records: Sequence[Record]) -> float | None:
+    """Per-question accuracy of always answering each type's most frequent gold (None: no gold)."""
+    stats = accuracy_by_qtype(records)
+    if any(s.majority is None for s in stats.values()):
+        return None
+    return sum(s.majority * s.n for s in stats.values()) / len(records)  # type: ignore[operator]
+
+
+def independence_baseline(records: Sequence[Record]) -> float:
+    """``(1/G) sum_g prod_{i in g} a_{t(i)}``: groups fully correct if errors were independent."""
+    stats = accuracy_by_qtype(records)
+    groups = _by_group(records)
+    total = sum(math.prod(stats[r.qtype].accuracy for r in rows) for rows in groups.values())
+    return total / len(groups)
+
+
+def paired_difference(joint: Sequence[Record], standalone: Sequence[Record], n_boot: int = 2000,
+                      seed: int = 0, level: float = 0.95) -> PairedDifference:
+    """Joint minus standalone on the same (group, question) pairs; bootstrap over groups."""
+    _check(joint)
+    _check(standalone)
+    if n_boot < 1:
+        raise DecisionInputError("n_boot must be at least 1", "n_boot")
+    j = {(r.group_id, r.question_id): r.correct for r in joint}
+    s = {(r.group_id, r.question_id): r.correct for r in standalone}
+    if j.keys() != s.keys():
+        missing = sorted(j.keys() ^ s.keys())[:3]
+        raise DecisionInputError(f"joint and standalone records cover different questions, "
+                                 f"e.g. {missing}", "records")
+    ids = sorted({g for g, _ in j})
+    index = {g: i for i, g in enumerate(ids)}
+    n_q = np.zeros(len(ids))
+    diff_q = np.zeros(len(ids))  # per group: joint correct - standalone correct
+    all_j = np.ones(len(ids))
+    all_s = np.ones(len(ids))
+    for (g, q), cj in j.items():
+        i = index[g]
+        n_q[i] += 1
+        diff_q[i] += float(cj) - float(s[(g, q)])
+        all_j[i] *= float(cj)
+        all_s[i] *= float(s[(g, q)])
+    diff_g = all_j - all_s
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(ids), size=(n_boot, len(ids)))
+    boot_q = diff_q[draws].sum(axis=1) / n_q[draws].sum(axis=1)
+    boot_g = diff_g[draws].mean(axis=1)
+    tail = (1.0 - level) / 2 * 100
+    q_low, q_high = np.percentile(boot_q, [tail, 100 - tail])
+    g_low, g_high = np.percentile(boot_g, [tail, 100 - tail])
+    question = Estimate(float(diff_q.sum() / n_q.sum()), float(q_low), float(q_high),
+                        int(n_q.sum()))
+    group = Estimate(float(diff_g.mean()), float(g_low), float(g_high), len(ids))
+    return PairedDifference(question, group, len(ids), n_boot)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def _ci(e: Estimate) -> str:
+    return f"{_pct(e.value)} [{_pct(e.low)}, {_pct(e.high)}]"
+
+
+def _signed(e: Estimate) -> str:
+    return (f"{100 * e.value:+.1f} pts [{100 * e.low:+.1f}, {100 * e.high:+.1f}]")
+
+
+def summarize(records: Sequence[Record], n_boot: int = 2000, seed: int = 0
+              ) -> tuple[dict[str, Any], str]:
+    """All statistics per mode (and joint vs standalone when both are present).
+
+    Returns a JSON-ready dict and a Markdown report (an overview table per mode, a table of
+    accuracy per question type, and the paired difference).
+    """
+    _check(records)
+    by_mode: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        by_mode[r.mode].append(r)
+    modes = sorted(by_mode, key=lambda m: (m != "joint", m != "standalone", m))
+    result: dict[str, Any] = {"modes": {}}
+    for mode in modes:
+        rows = by_mode[mode]
+        result["modes"][mode] = {
+            "per_question": asdict(per_question_accuracy(rows)),
+            "groups_fully_correct": asdict(group_accuracy(rows)),
+            "independence_baseline": independence_baseline(rows),
+            "majority_baseline": majority_baseline(rows),
+            "by_qtype": {t: asdict(s) for t, s in accuracy_by_qtype(rows).items()},
+        }
+    if "joint" in by_mode and "standalone" in by_mode:
+        diff = paired_difference(by_mode["joint"], by_mode["standalone"], n_boot, seed)
+        result["joint_minus_standalone"] = asdict(diff)
+
+    lines = ["| mode | questions | per-question accuracy (95% CI) | majority baseline | groups | "
+             "groups fully correct (Wilson 95%) | independence baseline E[p^k] |",
+             "|---|---:|---|---:|---:|---|---:|"]
+    for mode in modes:
+        m = result["modes"][mode]
+        pq, ga = Estimate(**m["per_question"]), Estimate(**m["groups_fully_correct"])
+        lines.append(f"| {mode} | {pq.n} | {_ci(pq)} | {_pct(m['majority_baseline'])} | "
+                     f"{ga.n} | {_ci(ga)} | {_pct(m['independence_baseline'])} |")
+    qtypes = sorted({r.qtype for r in records})
+    lines += ["", "| question type | " + " | ".join(f"{m} accuracy" for m in modes)
+              + " | n | majority baseline |",
+              "|---|" + "---:|" * (len(modes) + 2)]
+    for qtype in qtypes:
+        cells, n, majority = [], 0, None
+        for mode in modes:
+            stat = result["modes"][mode]["by_qtype"].get(qtype)
+            cells.append(_pct(stat["accuracy"]) if stat else "-")
+            if stat:
+                n = max(n, stat["n"])
+                majority = stat["majority"] if majority is None else majority
+        lines.append(f"| {qtype or '(none)'} | " + " | ".join(cells)
+                     + f" | {n} | {_pct(majority)} |")
+    if "joint_minus_standalone" in result:
+        d = result["joint_minus_standalone"]
+        q, g = Estimate(**d["question"]), Estimate(**d["group"])
+        lines += ["", f"Joint minus standalone on the same {q.n} questions / {g.n} groups "
+                  f"(bootstrap over groups, {d['n_boot']} draws, 95%): per question {_signed(q)}; "
+                  f"groups fully correct {_signed(g)}."]
+    return result, "\n".join(lines)
