@@ -35,7 +35,7 @@ def test_groups_in_order_with_at_documents_and_typed_gold(tmp_path: Path) -> Non
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "lease.txt").write_text("Lease text.\nSecond line.", encoding="utf-8")
     text = _csv([
-        ["g2", "Doc two", "a", "Timely?", "boolean", "", "yes"],
+        ["g2", "Doc two", "a", "Timely?", "boolean", "", "true"],
         ["g1", "@docs/lease.txt", "x", "Which?", "choice", CHOICE, "not stated"],
         ["g2", "", "b", "Days?", "integer", '{"minimum": 0, "maximum": 90}', "30"],
         ["g1", "@docs/lease.txt", "y", "Ok?", "boolean", "", ""],
@@ -56,15 +56,19 @@ def test_groups_in_order_with_at_documents_and_typed_gold(tmp_path: Path) -> Non
 MALFORMED = [
     (["g", "D", "q1", "Q", "color", "", ""], "color"),  # unknown answer type
     (["g", "D", "q1", "Q", "choice", "[not json", ""], "not JSON"),
-    (["g", "D", "q1", "Q", "choice", "[]", ""], "at least 1"),  # empty options
+    (["g", "D", "q1", "Q", "choice", "[]", ""], "non-empty JSON list"),  # empty options
+    (["g", "D", "q1", "Q", "choice", '["a", "a"]', ""], "distinct"),
     (["g", "D", "q1", "Q", "choice", '{"a": 1}', ""], "JSON list"),
-    (["g", "D", "q1", "Q", "boolean", "", "maybe"], "yes/no"),
+    (["g", "D", "q1", "Q", "boolean", "", "maybe"], "does not fit"),
+    (["g", "D", "q1", "Q", "pattern", '{"regex": "[a-"}', ""], "regex"),
     (["g", "D", "q1", "Q", "integer", '{"minimum": 0, "maximum": 9}', "12"], "outside"),
     (["g", "D", "q1", "Q", "integer", '{"minimum": 5, "maximum": 1}', ""], "above maximum"),
     (["", "D", "q1", "Q", "boolean", "", ""], "group_id is empty"),
     (["g", "D", "", "Q", "boolean", "", ""], "id"),
     (["g", "D", "q1", "", "boolean", "", ""], "text"),
-    (["g", "@missing.txt", "q1", "Q", "boolean", "", ""], "cannot be read"),
+    (["g", "D", "q1", "Q", "json", '{"schema": {"type": "object", "patternProperties": {}}}',
+      ""], "not enforced"),
+    (["g", "@missing.txt", "q1", "Q", "boolean", "", ""], "cannot read document file"),
     (["g", "D", "q1", "Q", "boolean", "", "", "extra"], "8 cells"),
     (["g", "", "q1", "Q", "boolean", "", ""], "must carry the document"),
 ]
@@ -74,7 +78,7 @@ MALFORMED = [
 def test_malformed_row_is_skipped_with_its_line_or_stops_when_strict(
     tmp_path: Path, row: list[str], reason: str
 ) -> None:
-    good = ["ok", "A document", "q1", "Fine?", "boolean", "", "no"]
+    good = ["ok", "A document", "q1", "Fine?", "boolean", "", "false"]
     # a quoted multi-line document before the bad row: line numbers count physical lines
     multi = ["m", "line one\nline two\nline three", "q1", "Q?", "boolean", "", ""]
     path = tmp_path / "in.csv"
@@ -87,6 +91,14 @@ def test_malformed_row_is_skipped_with_its_line_or_stops_when_strict(
     assert len(groups[0].questions) == 2  # the good row after the bad one is kept
     with pytest.raises(DecisionInputError, match=r"in\.csv:6: "):
         read_groups(path, strict=True)
+
+
+def test_at_at_escapes_a_literal_document(tmp_path: Path) -> None:
+    path = tmp_path / "in.csv"
+    path.write_text(_csv([["g", "@@home", "q", "Q", "boolean", "", "TRUE"]]), encoding="utf-8")
+    groups, problems = read_groups(path)
+    assert problems == [] and groups[0].document == "@home"
+    assert groups[0].questions[0].gold is True
 
 
 def test_group_level_row_problems(tmp_path: Path) -> None:
