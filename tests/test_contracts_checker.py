@@ -1,0 +1,64 @@
+"""The independent checker agrees with every generated gold answer, and can disagree."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from apps.contracts import generate_group
+from apps.contracts.checker import CheckError, answer, check, classify_question, parse
+
+
+@pytest.mark.parametrize("level,n", [(1, 1500), (2, 2500)])
+def test_checker_agrees_with_every_gold_answer(level: int, n: int) -> None:
+    checked = 0
+    for seed in range(10_000, 10_000 + n):
+        group = generate_group(seed, level)
+        parsed = parse(group.document)
+        for q in group.questions:
+            qtype = classify_question(q.text)
+            assert qtype == q.qtype, (group.group_id, q.text)
+            got = answer(parsed, qtype)
+            assert got == q.gold and type(got) is type(q.gold), (group.group_id, q.id, got,
+                                                                 q.gold, group.document)
+            checked += 1
+    assert checked > 3 * n
+
+
+def _first(qtype: str, level: int = 2):
+    for seed in range(5000):
+        group = generate_group(seed, level)
+        for q in group.questions:
+            if q.qtype == qtype:
+                return group, q
+    raise AssertionError(f"no {qtype} question in 5000 seeds")
+
+
+def test_checker_sees_a_changed_number() -> None:
+    """Changing the required notice in the text flips the timeliness the checker computes."""
+    group, q = _first("notice_timely")
+    while q.gold == "not stated":
+        group, q = _first("notice_timely", level=1 if group.level == 2 else 2)
+    required = parse(group.document).required_notice
+    assert required is not None
+    new_days = "0 days" if q.gold == "no" else "89 days"
+    lines = [
+        re.sub(rf"\b{required} days", new_days, ln)
+        if "renew" in ln and "deposit" not in ln and "cancellation" not in ln else ln
+        for ln in group.document.splitlines()
+    ]
+    changed = "\n".join(lines)
+    assert changed != group.document
+    assert check(changed, q.text)[1] != q.gold
+
+
+def test_checker_reports_what_it_cannot_read() -> None:
+    group, q = _first("late_fee_amount")
+    stripped = "\n".join(ln for ln in group.document.splitlines() if "late fee" not in ln)
+    with pytest.raises(CheckError):
+        check(stripped, q.text)
+    with pytest.raises(CheckError):
+        classify_question("What colour is the front door?")
+    with pytest.raises(CheckError):
+        parse("SALES CONTRACT\n\nThe buyer pays $5.")

@@ -1,0 +1,127 @@
+"""Batch-scoring CSV: round trip, file documents, clear errors, and the generate CLI."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from apps.contracts import generate_group
+from apps.contracts.csv_format import HEADER, CsvGroup, CsvQuestion, read_groups, write_groups
+from decision.errors import DecisionInputError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
+    groups = [generate_group(s, level) for s in range(60) for level in (1, 2)]
+    path = tmp_path / "groups.csv"
+    rows = write_groups(groups, path)
+    assert rows == sum(len(g.questions) for g in groups)
+    back = read_groups(path)
+    assert [b.group_id for b in back] == [g.group_id for g in groups]
+    for g, b in zip(groups, back, strict=True):
+        assert b.document == g.document
+        assert [(q.id, q.text, q.answer, q.gold) for q in b.questions] == [
+            (q.id, q.text, q.answer, q.gold) for q in g.questions]
+        assert all(type(bq.gold) is type(q.gold) for bq, q in zip(b.questions, g.questions,
+                                                                   strict=True))
+
+
+def test_cells_are_in_the_documented_format(tmp_path: Path) -> None:
+    group = CsvGroup("g1", "Doc.", [
+        CsvQuestion("a", "Pick?", {"type": "choice", "options": ["x", "not stated"]}, "x"),
+        CsvQuestion("b", "Yes?", {"type": "boolean"}, False),
+        CsvQuestion("c", "How many?", {"type": "integer", "minimum": 0, "maximum": 500}, 42),
+    ])
+    path = tmp_path / "f.csv"
+    write_groups([group], path)
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    assert tuple(rows[0]) == HEADER == ("group_id", "document", "question_id", "question",
+                                        "answer_type", "options", "gold")
+    assert rows[1][4:] == ["choice", '["x", "not stated"]', "x"]
+    assert rows[2][4:] == ["boolean", "{}", "false"]
+    assert rows[3][4:] == ["integer", '{"minimum": 0, "maximum": 500}', "42"]
+
+
+def _write(path: Path, rows: list[list[str]], header: tuple[str, ...] = HEADER) -> Path:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def test_document_from_a_file_and_empty_cells(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "lease.txt").write_text("A lease.\nRent: $900 per month.")
+    path = _write(tmp_path / "in.csv", [
+        ["g", "@docs/lease.txt", "q1", "Rent?", "integer", '{"minimum": 0}', "900"],
+        ["g", "", "q2", "Late?", "boolean", "{}", ""],
+        ["h", "@@handle", "q1", "Who?", "choice", '["a", "b"]', "b"],
+    ], header=HEADER)
+    g, h = read_groups(path)
+    assert g.document == "A lease.\nRent: $900 per month."
+    assert [q.gold for q in g.questions] == [900, None]
+    assert h.document == "@handle" and h.questions[0].gold == "b"
+
+
+def test_gold_column_is_optional(tmp_path: Path) -> None:
+    path = _write(tmp_path / "in.csv", [["g", "Doc", "q1", "Yes?", "boolean", "{}"]],
+                  header=HEADER[:-1])
+    assert read_groups(path)[0].questions[0].gold is None
+
+
+@pytest.mark.parametrize("rows,header,field", [
+    ([["g", "D", "q1", "Q?", "boolean", "{}", "maybe"]], HEADER, "row 2.gold"),
+    ([["g", "D", "q1", "Q?", "integer", '{"maximum": 5}', "6"]], HEADER, "row 2.gold"),
+    ([["g", "D", "q1", "Q?", "choice", '["a"]', "b"]], HEADER, "row 2.gold"),
+    ([["g", "D", "q1", "Q?", "choice", "{}", "a"]], HEADER, "row 2.options"),
+    ([["g", "D", "q1", "Q?", "integer", "{bad", "1"]], HEADER, "row 2.options"),
+    ([["g", "", "q1", "Q?", "boolean", "{}", "true"]], HEADER, "row 2.document"),
+    ([["g", "D", "q1", "Q?", "boolean", "{}", "true"],
+      ["g", "E", "q2", "Q?", "boolean", "{}", "true"]], HEADER, "row 3.document"),
+    ([["g", "D", "q1", "Q?", "boolean", "{}", "true"]] * 2, HEADER, "row 3.question_id"),
+    ([["g", "D", f"q{i}", "Q?", "boolean", "{}", "true"] for i in range(9)], HEADER,
+     "row 10.group_id"),
+    ([["g", "@missing.txt", "q1", "Q?", "boolean", "{}", "true"]], HEADER, "row 2.document"),
+    ([["g", "D", "q1", "Q?", "boolean", "{}"]], HEADER, "row 2"),
+    ([], ("id", "document"), "header"),
+])
+def test_bad_rows_name_the_field(tmp_path: Path, rows: list[list[str]],
+                                 header: tuple[str, ...], field: str) -> None:
+    path = _write(tmp_path / "bad.csv", rows, header=header)
+    with pytest.raises(DecisionInputError) as info:
+        read_groups(path)
+    assert info.value.field == field
+
+
+def test_generate_cli_writes_a_valid_csv(tmp_path: Path) -> None:
+    out = tmp_path / "test.csv"
+    done = subprocess.run(
+        [sys.executable, "-m", "apps.contracts.generate", "--seed-start", "20000000",
+         "--groups", "25", "--level", "1", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "split: test" in done.stderr
+    groups = read_groups(out)
+    expected = [generate_group(s, 1) for s in range(20_000_000, 20_000_025)]
+    assert [g.group_id for g in groups] == [g.group_id for g in expected]
+    assert [[q.gold for q in g.questions] for g in groups] == [
+        [q.gold for q in g.questions] for g in expected]
+    checked = subprocess.run([sys.executable, "-m", "apps.contracts.checker", str(out)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert checked.returncode == 0, checked.stdout
+    assert "gold answers agree" in checked.stdout
+
+
+def test_generate_cli_refuses_a_range_across_splits(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "apps.contracts.generate", "--seed-start", "9999999",
+         "--groups", "2", "--out", str(tmp_path / "x.csv")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and "straddle" in done.stderr
