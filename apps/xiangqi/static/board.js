@@ -224,17 +224,28 @@ function renderStatus(thinking) {
   status.textContent = text;
 }
 
+// One line per full move: Red's move, then Black's (a game may start with Black to move).
 function renderMoves() {
   const list = el("moves");
   list.replaceChildren();
+  let li = null;
   for (const m of state.moves) {
-    const li = document.createElement("li");
-    li.textContent = `${m.wxf} (${m.iccs})`;
-    li.title = `${m.side}, played by ${m.by}`;
-    if (m.by === "model") li.classList.add("model");
-    list.appendChild(li);
+    if (!li || m.side === "red") {
+      li = document.createElement("li");
+      list.appendChild(li);
+      if (m.side === "black") li.appendChild(moveSpan({ wxf: "…", iccs: "", side: "red" }));
+    }
+    li.appendChild(moveSpan(m));
   }
   list.scrollTop = list.scrollHeight;
+}
+
+function moveSpan(m) {
+  const span = document.createElement("span");
+  span.className = `move ${m.side}` + (m.by === "model" ? " model" : "");
+  span.textContent = m.wxf;
+  if (m.iccs) span.title = `${m.iccs}: ${m.side}, played by ${m.by}`;
+  return span;
 }
 
 function renderButtons() {
