@@ -7,6 +7,7 @@ from apps.xiangqi.core import (
     BLACK,
     COLOR_NAMES,
     GENERAL,
+    PIECE_NAMES,
     RED,
     SQUARE_NAMES,
     Color,
@@ -159,8 +160,9 @@ class Board:
         elif (code > 0) != self.turn:
             why = f"the piece on {SQUARE_NAMES[move.from_square]} is not {side}'s"
         elif not self.is_pseudo_legal(move):
-            why = f"the {Piece.from_code(code).symbol()} on {SQUARE_NAMES[move.from_square]} "
-            why += f"cannot move to {SQUARE_NAMES[move.to_square]}"
+            name = PIECE_NAMES[abs(code)]
+            why = f"the {side} {name} on {SQUARE_NAMES[move.from_square]} cannot move to "
+            why += f"{SQUARE_NAMES[move.to_square]}"
         else:
             why = "it would leave the own general in check or facing the other general"
         legal = self.legal_moves
