@@ -110,7 +110,9 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the ends, where
+    high = 1.0 if successes == n else min(1.0, centre + half)  # rounding would miss 0 or 1
+    return low, high
 
 
 def per_question_accuracy(records: Sequence[Record], z: float = Z95) -> Estimate:
