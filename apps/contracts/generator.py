@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Iterator
 
 from apps.contracts import nda, periodic
 from apps.contracts.questions import DEPENDS_ON, SCHEMAS, question_text, select
-from apps.contracts.types import GeneratedQuestion, Group, RuleAnswer
+from apps.contracts.types import GeneratedQuestion, Group
 from decision.errors import DecisionInputError
 
 KINDS: tuple[str, ...] = (periodic.LEASE, periodic.SERVICES, nda.NDA)
@@ -30,25 +31,24 @@ def generate_group(seed: int, level: int = 2) -> Group:
     _check(seed, level)
     rng = random.Random(f"apps.contracts:{seed}:{level}")
     kind = rng.choice(KINDS)
-    available: dict[str, RuleAnswer]
+    facts: periodic.PeriodicFacts | nda.NdaFacts
     if kind == nda.NDA:
-        facts_nda = nda.sample(rng)
-        available = nda.answers(facts_nda)
+        facts = nda.sample(rng)
+        available = nda.answers(facts)
     else:
         facts = periodic.sample(rng, kind)
         available = periodic.answers(facts)
     chosen = select(rng, available)
     needed = frozenset().union(*(available[q].needs for q in chosen))
-    if kind == nda.NDA:
-        document = nda.render(facts_nda, rng, level, needed)
+    if isinstance(facts, nda.NdaFacts):
+        document = nda.render(facts, rng, level, needed)
     else:
         document = periodic.render(facts, rng, level, needed)
     questions = [
         GeneratedQuestion(
             id=f"q{i}",
             text=question_text(qtype, kind, rng),
-            answer=dict(SCHEMAS[qtype], **({"options": list(SCHEMAS[qtype]["options"])}
-                                           if "options" in SCHEMAS[qtype] else {})),
+            answer=copy.deepcopy(SCHEMAS[qtype]),
             gold=available[qtype].gold,
             qtype=qtype,
             depends_on=DEPENDS_ON.get(qtype, ()),
