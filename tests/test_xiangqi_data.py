@@ -1,0 +1,91 @@
+"""Every recorded move of the Chinese Chess Practical Dataset must replay as legal.
+
+The default run checks a deterministic sample (every 5th validation game and the first 150
+training games); the full check of all games is marked slow (also in benchmarks/xiangqi_perft.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import pytest
+
+from apps.xiangqi import Move
+from apps.xiangqi.dataset import data_dir, iter_games, replay, start_board
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+XIANGQI = data_dir(REPO_ROOT) / "xiangqi"
+TRAIN = XIANGQI / "train-games.jsonl.gz"
+VALID = XIANGQI / "valid-games.jsonl.gz"
+
+pytestmark = pytest.mark.skipif(
+    not (TRAIN.is_file() and VALID.is_file()),
+    reason=f"Xiangqi games not found under {XIANGQI} (clone shared/ beside the repository)",
+)
+
+
+def _check_games(games: list[dict]) -> tuple[int, int]:
+    n_moves = 0
+    for game in games:
+        board = replay(game)  # raises IllegalMove naming the game's position on any bad move
+        n_moves += len(board.move_stack)
+        assert [m.iccs() for m in board.move_stack] == game["moves"]
+        board.outcome()  # game-state detection must run on every final position
+    return len(games), n_moves
+
+
+def test_sample_of_recorded_games_replays_legally() -> None:
+    sample = [g for i, g in enumerate(iter_games(VALID)) if i % 5 == 0]
+    sample += list(itertools.islice(iter_games(TRAIN), 150))
+    t0 = time.perf_counter()
+    n_games, n_moves = _check_games(sample)
+    elapsed = time.perf_counter() - t0
+    assert n_games == 441 and n_moves > 25_000
+    print(f"replayed {n_games} games, {n_moves} moves in {elapsed:.2f} s")
+
+
+def test_replay_rejects_a_corrupted_game() -> None:
+    game = next(iter_games(VALID))
+    bad = dict(game, moves=game["moves"][:5] + ["a0a9"])
+    with pytest.raises(ValueError, match="a0a9"):
+        replay(bad)
+
+
+def test_recorded_checkmates_agree_with_the_recorded_result() -> None:
+    """Where our engine sees checkmate at the end of a validation game, the result matches."""
+    mates = agree = 0
+    for game in iter_games(VALID):
+        board = replay(game)
+        if game["result"] in ("1-0", "0-1") and board.is_checkmate():
+            mates += 1
+            agree += board.result() == game["result"]
+    assert mates >= 10 and agree == mates
+
+
+def test_pop_replays_backwards_to_the_start() -> None:
+    game = next(iter_games(VALID))
+    board = replay(game)
+    start, _ = start_board(game["start_fen"])
+    for iccs in reversed(game["moves"]):
+        assert board.pop() == Move.from_iccs(iccs)
+    assert board.fen() == start.fen() and board.zobrist_hash() == start.zobrist_hash()
+
+
+@pytest.mark.slow
+def test_all_recorded_games_replay_legally() -> None:
+    totals = {}
+    for path in (TRAIN, VALID):
+        games = list(iter_games(path))
+        totals[path.name] = _check_games(games)
+    assert totals["train-games.jsonl.gz"] == (27_112, 2_209_472)
+    assert totals["valid-games.jsonl.gz"] == (1_455, 125_447)
+
+
+def test_start_positions_fall_back_to_lenient_reading() -> None:
+    """Validation diagrams are all strictly valid; a misplaced piece falls back to lenient."""
+    assert all(start_board(g["start_fen"])[1] for g in iter_games(VALID))
+    misplaced = "rnb1kabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBAKAaNR w - - 0 1"
+    board, strict = start_board(misplaced)
+    assert not strict and board.fen() == misplaced
