@@ -344,7 +344,12 @@ def service_for(app: FastAPI) -> GameService:
         with _default_lock:
             service = getattr(app.state, "xiangqi", None)
             if service is None:
-                service = GameService(GameStore(), player_from_setting)
+                decision_service = getattr(app.state, "service", None)  # inside decision serve
+                device = getattr(getattr(app.state, "settings", None), "device", "cpu")
+                service = GameService(
+                    GameStore(),
+                    lambda: player_from_setting(None, device, decision_service),
+                )
                 app.state.xiangqi = service
     return service
 

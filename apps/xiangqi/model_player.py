@@ -8,8 +8,8 @@ the options, so the model never plays an illegal move, whatever its weights.
 Which model (:func:`player_from_setting`, setting ``DECISION_XIANGQI_MODEL``):
 
 * ``auto`` (default): the dedicated Xiangqi checkpoint at ``models/xiangqi`` when it exists, else
-  the default decision model. The default model was never trained on Xiangqi, so its moves are
-  legal but not chosen for strength.
+  the default decision model (inside ``decision serve``: the one the service has loaded). The
+  default model was never trained on Xiangqi, so its moves are legal but not chosen for strength.
 * ``default``: the default decision model; ``random`` / ``greedy``: the rules engine's baseline
   players (no model); any other value: a checkpoint directory.
 """
@@ -89,12 +89,50 @@ def choose_move(player: Player, board: Board) -> MoveChoice:
     return MoveChoice(player.choose(board), None, type(player).__name__)
 
 
+class ServiceModel:
+    """The decision service's loaded model, reached through its worker (``decision serve``).
+
+    ``decide`` has ``DecisionModel.decide``'s signature, so :class:`ModelPlayer` uses it
+    unchanged; the request joins the service's batches and metrics. It must be called from a
+    thread that anyio started (a sync FastAPI route), because the service is async.
+    """
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+
+    def decide(
+        self, document: str, questions: list[Any], mode: str = "joint", threshold: float = 0.9,
+    ) -> Any:
+        import anyio.from_thread
+
+        from decision.serve.api import DecideBody, DecideOptions, QuestionIn
+
+        items = [q.model_dump(by_alias=True) if hasattr(q, "model_dump") else dict(q)
+                 for q in questions]
+        body = DecideBody(
+            document=document,
+            questions=[QuestionIn(**item) for item in items],
+            mode=mode,  # type: ignore[arg-type]
+            options=DecideOptions(threshold=threshold),
+        )
+        return anyio.from_thread.run(self.service.decide, body)
+
+
 def _has_checkpoint(path: Path) -> bool:
     return (path / "config.json").is_file()
 
 
-def player_from_setting(setting: str | None = None, device: str = "cpu") -> Player:
-    """Build the player a setting names (default: ``$DECISION_XIANGQI_MODEL`` or ``auto``)."""
+_UNTRAINED = "default-model (untrained on xiangqi)"
+
+
+def player_from_setting(
+    setting: str | None = None, device: str = "cpu", service: Any = None
+) -> Player:
+    """Build the player a setting names (default: ``$DECISION_XIANGQI_MODEL`` or ``auto``).
+
+    ``service``: the running decision service, if any; the default model is then the one it has
+    already loaded (through :class:`ServiceModel`) instead of a second copy.
+    """
     value = (setting or os.environ.get(SETTING_ENV) or "auto").strip()
     if value in ("random", "greedy"):
         from apps.xiangqi import players
@@ -103,11 +141,11 @@ def player_from_setting(setting: str | None = None, device: str = "cpu") -> Play
 
     from decision import load_model
 
-    if value == "auto":
-        if _has_checkpoint(XIANGQI_CHECKPOINT):
-            return ModelPlayer(load_model(str(XIANGQI_CHECKPOINT), device=device), "xiangqi-model")
-        return ModelPlayer(load_model(None, device=device), "default-model (untrained on xiangqi)")
-    if value == "default":
-        return ModelPlayer(load_model(None, device=device), "default-model (untrained on xiangqi)")
+    if value == "auto" and _has_checkpoint(XIANGQI_CHECKPOINT):
+        return ModelPlayer(load_model(str(XIANGQI_CHECKPOINT), device=device), "xiangqi-model")
+    if value in ("auto", "default"):
+        if service is not None:
+            return ModelPlayer(ServiceModel(service), _UNTRAINED)
+        return ModelPlayer(load_model(None, device=device), _UNTRAINED)
     path = Path(value)
     return ModelPlayer(load_model(str(path), device=device), path.name or str(path))

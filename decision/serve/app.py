@@ -34,7 +34,9 @@ from decision.serve.settings import ServeSettings
 log = logging.getLogger("decision.serve")
 
 # Demo-app modules whose ``router`` (and ``static_dir``) the service mounts. One line each.
-APP_MODULES: list[str] = []
+APP_MODULES: list[str] = [
+    "apps.xiangqi.api",  # /api/xiangqi/games and the web board at /xiangqi/
+]
 
 EngineFactory = Callable[[ServeSettings], ServiceEngine]
 
