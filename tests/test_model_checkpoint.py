@@ -1,0 +1,176 @@
+"""Checkpoint round trips (single file, sharded, bf16, fp32) and one clear error per bad kind."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import decision
+from decision.errors import CheckpointError
+from decision.model import checkpoint
+from decision.model.testing import tiny_model
+
+BLOCK = torch.tensor([[5, 6, 7, 96, 96, 8]])
+HISTORY = torch.tensor([[3, 4, 9, 10, 11, 12, 13, 2, 40, 41]])
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    return tiny_model(seed=5, random_block=True)
+
+
+@pytest.fixture()
+def saved(model: torch.nn.Module, tmp_path: Path) -> Path:
+    model.save(tmp_path / "ckpt")
+    return tmp_path / "ckpt"
+
+
+def _logits(m: torch.nn.Module) -> torch.Tensor:
+    with torch.inference_mode():
+        return m.denoise(BLOCK, m.prefill(HISTORY))
+
+
+def _same_params(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k].to(sa[k].dtype)) for k in sa)
+
+
+def test_round_trip_single_file_fp32(model: torch.nn.Module, saved: Path) -> None:
+    assert (saved / "model.safetensors").exists() and not (saved / "tokenizer.json").exists()
+    loaded = decision.load_model(saved)
+    assert loaded.dtype == torch.float32 and loaded.tokenizer is None
+    assert loaded.missing_block_params == []
+    assert _same_params(model, loaded)
+    assert torch.equal(_logits(model), _logits(loaded))
+
+
+def test_round_trip_sharded_bf16_and_upcast(model: torch.nn.Module, tmp_path: Path) -> None:
+    bf16 = tiny_model(seed=5, random_block=True).to(torch.bfloat16)
+    bf16.save(tmp_path, max_shard_size="20KB")
+    shards = sorted(tmp_path.glob("model-*-of-*.safetensors"))
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert len(shards) > 1 and set(index["weight_map"].values()) == {s.name for s in shards}
+    assert all(t.dtype == torch.bfloat16 for t in load_file(str(shards[0])).values()
+               if t.is_floating_point())
+    loaded = decision.load_model(tmp_path)
+    assert loaded.dtype == torch.bfloat16 and _same_params(bf16, loaded)
+    up = decision.load_model(tmp_path, dtype=torch.float32)
+    assert up.dtype == torch.float32 and _same_params(up, bf16)
+    # bf16 weights, computed in fp32: logits close to the bf16 model's, far from nonsense
+    torch.testing.assert_close(_logits(up), _logits(loaded).float(), atol=0.05, rtol=0.05)
+
+
+def test_tokenizer_and_tied_embeddings_round_trip(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models
+
+    tied = tiny_model(seed=6, tie_word_embeddings=True)
+    tied.tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "yes": 1}, unk_token="[UNK]"))
+    tied.save(tmp_path)
+    assert "lm_head.weight" not in load_file(str(tmp_path / "model.safetensors"))
+    loaded = decision.load_model(tmp_path)
+    assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
+    assert loaded.tokenizer is not None and loaded.tokenizer.token_to_id("yes") == 1
+    assert torch.equal(_logits(tied), _logits(loaded))
+
+
+def test_missing_block_params_take_neutral_values(saved: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    file = saved / "model.safetensors"
+    state = load_file(str(file))
+    dropped = [k for k in state if "right_conv" in k or "block_" in k or "history_logit" in k
+               or "segment_embed" in k]
+    save_file({k: v for k, v in state.items() if k not in dropped}, str(file))
+    with caplog.at_level(logging.WARNING, logger="decision.model.checkpoint"):
+        loaded = decision.load_model(saved)
+    assert sorted(loaded.missing_block_params) == sorted(dropped)
+    assert "model.layers.0.linear_attn.right_conv.weight" in caplog.text
+    gdn = loaded.model.layers[0].linear_attn
+    assert torch.equal(gdn.right_conv.weight, torch.zeros_like(gdn.right_conv.weight))
+    assert torch.equal(gdn.block_calibration, torch.ones_like(gdn.block_calibration))
+    assert not loaded.model.segment_embed.weight.any()
+
+
+# ---------------------------------------------------------------------------- errors
+def _rewrite(saved: Path, edit) -> Path:  # type: ignore[no-untyped-def]
+    file = saved / "model.safetensors"
+    state = load_file(str(file))
+    edit(state)
+    save_file(state, str(file))
+    return file
+
+
+def test_missing_tensor(saved: Path) -> None:
+    name = "model.layers.1.linear_attn.in_proj_z.weight"
+    _rewrite(saved, lambda s: s.pop(name))
+    with pytest.raises(CheckpointError, match="missing tensor") as err:
+        decision.load_model(saved)
+    assert name in str(err.value) and str(saved) in str(err.value)
+
+
+def test_wrong_shape(saved: Path) -> None:
+    name = "model.layers.3.self_attn.k_proj.weight"
+    file = _rewrite(saved, lambda s: s.__setitem__(name, torch.zeros(3, 32)))
+    with pytest.raises(CheckpointError, match="shape") as err:
+        decision.load_model(saved)
+    assert name in str(err.value) and str(file) in str(err.value)
+
+
+def test_truncated_file(saved: Path) -> None:
+    file = saved / "model.safetensors"
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) - 100])
+    with pytest.raises(CheckpointError, match="truncated") as err:
+        decision.load_model(saved)
+    assert str(file) in str(err.value)
+
+
+def test_corrupted_header(saved: Path) -> None:
+    file = saved / "model.safetensors"
+    data = bytearray(file.read_bytes())
+    data[8:20] = b"\x00garbage!\xff\xfe\x01"
+    file.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="corrupted") as err:
+        decision.load_model(saved)
+    assert str(file) in str(err.value)
+
+
+def test_missing_config(saved: Path) -> None:
+    (saved / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="config.json") as err:
+        decision.load_model(saved)
+    assert str(saved / "config.json") in str(err.value)
+
+
+def test_invalid_config_json(saved: Path) -> None:
+    (saved / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="invalid JSON"):
+        decision.load_model(saved)
+
+
+@pytest.mark.parametrize("field,value", [("model_type", "llama"),
+                                         ("architectures", ["LlamaForCausalLM"])])
+def test_unknown_architecture(saved: Path, field: str, value: object) -> None:
+    cfg = json.loads((saved / "config.json").read_text())
+    cfg[field] = value
+    (saved / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="unknown") as err:
+        decision.load_model(saved)
+    assert "config.json" in str(err.value) and "lama" in str(err.value)
+
+
+def test_missing_shard_listed_in_index(model: torch.nn.Module, tmp_path: Path) -> None:
+    model.save(tmp_path, max_shard_size=30_000)
+    shard = sorted(tmp_path.glob("model-*.safetensors"))[-1]
+    shard.unlink()
+    with pytest.raises(CheckpointError, match=shard.name):
+        decision.load_model(tmp_path)
+
+
+def test_no_default_model_yet(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(checkpoint, "DEFAULT_MODEL_DIR", tmp_path / "models" / "default")
+    with pytest.raises(CheckpointError, match="no default model yet: train one or pass a path"):
+        decision.load_model()
