@@ -9,7 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from decision.errors import DecisionInputError
 from decision.schemas.models import Question
 
-Mode = Literal["joint", "standalone"]
+Mode = Literal["joint", "standalone", "auto"]
+
+# A question of a request: ``decision.schemas.Question`` (id, text, answer schema), so the service
+# validates exactly as the decoder does. Kept under this name for the demo apps that import it.
+QuestionIn = Question
 
 
 class DecideOptions(BaseModel):
@@ -58,7 +62,11 @@ class DecideBody(BaseModel):
         '"type": choice (options), boolean, integer (minimum, maximum), number, pattern (regex, '
         'max_tokens) or json (schema, max_tokens).',
     )
-    mode: Mode = "joint"
+    mode: Mode = Field(
+        "joint",
+        description="joint: one pass for all (at most 8); standalone: one pass per question; "
+        "auto: joint passes of up to 8, standalone for a slot too large.",
+    )
     options: DecideOptions = Field(default_factory=DecideOptions)
 
 
@@ -87,7 +95,7 @@ class DecideResponse(BaseModel):
     """The answers of one request with how they were decoded."""
 
     model: str
-    mode: Mode
+    mode: str = Field(description='Passes used: "joint", "standalone" or "joint+standalone".')
     answers: list[AnswerOut]
     steps: int
     tokens_per_forward: float
@@ -119,7 +127,7 @@ class ModelInfo(BaseModel):
     parameters: int | None
     max_questions: int
     max_document_tokens: int | None
-    modes: list[Mode]
+    modes: list[str]
     answer_types: list[str]
 
 

@@ -1,0 +1,66 @@
+"""``decision score``: batch-score a question-group CSV into predictions and a summary."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "score", help="score a question-group CSV (predictions + summary)",
+        description="Decide every group of INPUT.csv, write predictions to OUT.csv group by "
+        "group, and a summary (OUT.summary.json, OUT.summary.md) with accuracy metrics when "
+        "the CSV has gold answers.",
+    )
+    p.add_argument("input", metavar="INPUT.csv", help="group_id,document,question_id,question,"
+                   "answer_type,options,gold")
+    p.add_argument("--out", required=True, metavar="OUT.csv", help="predictions file")
+    p.add_argument("--mode", choices=["joint", "standalone", "both"], default="joint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run: keep the groups complete in OUT.csv")
+    p.add_argument("--strict", action="store_true",
+                   help="stop at the first malformed row instead of skipping it")
+    p.add_argument("--model", metavar="DIR", default=None,
+                   help="checkpoint directory (default: the shipped models/default)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch-groups", type=int, default=8,
+                   help="groups decided together in one batch (default: %(default)s)")
+    p.add_argument("--threshold", type=float, default=0.9)
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from decision.errors import DecisionInputError
+    from decision.scoring.runner import score_csv
+    from decision.scoring.summary import write_summary
+    from decision.serve.api import DecideOptions
+    from decision.serve.engine import ModelEngine
+
+    try:
+        options = DecideOptions(threshold=args.threshold, max_steps=args.max_steps)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise DecisionInputError(f"--{err['loc'][0]}: {err['msg']}", str(err["loc"][0])) from None
+    input_path, out_path = Path(args.input), Path(args.out)
+    if not input_path.is_file():
+        raise DecisionInputError(f"{input_path}: no such file", "input")
+    engine = ModelEngine.load(args.model, device=args.device)
+    result = score_csv(
+        input_path, out_path, engine, mode=args.mode, resume=args.resume, strict=args.strict,
+        batch_groups=args.batch_groups, options=options, show_progress=not args.no_progress,
+    )
+    json_path, md_path = write_summary(result, out_path, engine.name, input_path)
+    print(
+        f"scored {result.scored} groups ({result.resumed} kept from before, "
+        f"{len(result.problems)} rows/groups skipped); predictions {out_path}; "
+        f"summary {json_path} and {md_path}",
+        file=sys.stderr,
+    )
+    return 0

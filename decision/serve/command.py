@@ -1,0 +1,83 @@
+"""``decision serve``: run the HTTP service with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from decision.errors import CheckpointError, DecisionError
+from decision.serve.settings import ServeSettings
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "serve", help="run the HTTP service (POST /decide, /health, /metrics, /docs)",
+        description="Serve decisions over HTTP. The model is loaded once, owned by one worker "
+        "thread, and requests waiting together are decided in one batch.",
+    )
+    d = ServeSettings()
+    p.add_argument("--model", metavar="DIR", default=None,
+                   help="checkpoint directory (default: the shipped models/default)")
+    p.add_argument("--device", default=d.device, help="torch device (default: %(default)s)")
+    p.add_argument("--host", default=d.host, help="bind address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=d.port, help="port (default: %(default)s)")
+    p.add_argument("--max-batch-size", type=int, default=d.max_batch_size,
+                   help="requests decided together at most (default: %(default)s)")
+    p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
+                   help="how long the worker collects a batch (default: %(default)s)")
+    p.add_argument("--no-batching", action="store_true",
+                   help="decide every request alone (same as --max-batch-size 1)")
+    p.add_argument("--queue-size", type=int, default=d.queue_size,
+                   help="requests waiting at most before 429 (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=d.request_timeout_s,
+                   help="seconds before a request is answered 504 (default: %(default)s)")
+    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
+                   help="largest request body before 413 (default: %(default)s)")
+    p.add_argument("--no-apps", action="store_true", help="do not mount the demo apps")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> ServeSettings:
+    return ServeSettings(
+        model_path=args.model,
+        device=args.device,
+        host=args.host,
+        port=args.port,
+        max_batch_size=1 if args.no_batching else args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+        queue_size=args.queue_size,
+        request_timeout_s=args.timeout,
+        max_body_bytes=args.max_body_bytes,
+        include_apps=not args.no_apps,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from decision.serve.app import create_app, default_engine_factory
+
+    try:
+        settings = settings_from_args(args)
+    except ValueError as exc:
+        print(f"decision serve: {exc}", file=sys.stderr)
+        return 2
+    # Load before binding the port, so a missing or broken checkpoint is one clear message and a
+    # non-zero exit rather than a server that starts and then fails its lifespan. The loaded
+    # engine is handed to the app, whose worker thread then owns it.
+    try:
+        engine = default_engine_factory(settings)
+    except (CheckpointError, DecisionError, OSError) as exc:
+        print(f"decision serve: cannot load the model: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(settings, engine=engine)
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level=args.log_level,
+        lifespan="on", timeout_graceful_shutdown=10,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    return 0 if server.started else 1

@@ -1,0 +1,83 @@
+"""``decision decide``: answer one request from files and print the JSON response."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from decision.errors import DecisionInputError
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "decide", help="answer questions about one document and print JSON",
+        description="Answer the questions of FILE.json (a list of {id, text, answer}, or an "
+        "object with 'questions' and optionally 'options') about the document in FILE.",
+    )
+    p.add_argument("--document", required=True, metavar="FILE", help="document text file")
+    p.add_argument("--questions", required=True, metavar="FILE.json", help="questions JSON")
+    p.add_argument("--mode", choices=["joint", "standalone"], default="joint")
+    p.add_argument("--model", metavar="DIR", default=None,
+                   help="checkpoint directory (default: the shipped models/default)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threshold", type=float, default=None, help="confidence threshold (0, 1]")
+    p.add_argument("--max-steps", type=int, default=None, help="denoising steps at most")
+    p.add_argument("--probabilities", action="store_true",
+                   help="include option probabilities (choice and boolean)")
+    p.set_defaults(func=run)
+
+
+def read_body(args: argparse.Namespace) -> Any:
+    """The request body from the files and flags, validated like ``POST /decide``."""
+    from pydantic import ValidationError
+
+    from decision.serve.api import DecideBody
+
+    try:
+        document = Path(args.document).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DecisionInputError(f"cannot read {args.document}: {exc}", "document") from None
+    try:
+        raw = json.loads(Path(args.questions).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DecisionInputError(f"cannot read {args.questions}: {exc}", "questions") from None
+    except json.JSONDecodeError as exc:
+        raise DecisionInputError(
+            f"{args.questions} is not JSON: {exc.msg} (line {exc.lineno})", "questions"
+        ) from None
+    spec = {"questions": raw} if isinstance(raw, list) else raw
+    if not isinstance(spec, dict):
+        raise DecisionInputError(f"{args.questions}: expected a list or an object", "questions")
+    options = dict(spec.get("options") or {})
+    for key, value in (("threshold", args.threshold), ("max_steps", args.max_steps)):
+        if value is not None:
+            options[key] = value
+    if args.probabilities:
+        options["return_probabilities"] = True
+    payload = {"document": document, "questions": spec.get("questions"), "mode": args.mode,
+               "options": options}
+    try:
+        return DecideBody.model_validate(payload)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err.get("loc", ())) or None
+        raise DecisionInputError(f"{field}: {err.get('msg')}", field) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from decision.serve.api import check_unique_ids
+    from decision.serve.engine import ModelEngine
+    from decision.serve.service import to_response
+
+    body = read_body(args)
+    check_unique_ids(body)
+    engine = ModelEngine.load(args.model, device=args.device)
+    prepared = engine.prepare(body)
+    decision = engine.decide_many([prepared])[0]
+    response = to_response(decision, engine.name, {})
+    json.dump(response.model_dump(mode="json"), sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,95 @@
+"""The model behind the service and the batch scorer: request checks up front, batched decoding.
+
+``prepare`` runs the decoder's own validation (schemas compiled, cached; question count; the
+document's length with the layout the decoder will build) *before* a request is queued, so bad
+input is answered 422 at once and never reaches the worker. ``decide_many`` then decodes a batch
+of prepared requests in one ``decision.joint.engine.decide_many`` call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from decision.errors import DecisionInputError
+from decision.serve.api import DecideBody, ModelInfo
+from decision.tokenizer import MAX_QUESTIONS
+
+ANSWER_TYPES = ["choice", "boolean", "integer", "number", "pattern", "json"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated request, ready for the worker."""
+
+    request: Any  # decision.joint.result.DecisionRequest
+
+
+class ModelEngine:
+    """A loaded ``DecisionModel`` with the checks and batching the service needs."""
+
+    def __init__(self, model: Any, name: str, path: str | None = None) -> None:
+        from decision.joint.engine import EngineConfig
+        from decision.schemas.compile import tokenizer_context
+
+        if model.tokenizer is None:
+            raise DecisionInputError("the model has no tokenizer (tokenizer.json)", "model")
+        self.model = model
+        self.name = name
+        self.path = path
+        self._ctx = tokenizer_context(model.tokenizer)
+        self._config = EngineConfig()
+        self._parameters = sum(p.numel() for p in model.parameters())
+        self._lock = threading.Lock()  # decide_many is only ever run by one thread at a time
+
+    @classmethod
+    def load(cls, path: str | None, device: str = "cpu") -> ModelEngine:
+        """Load a checkpoint directory (None: the shipped default); raises ``CheckpointError``."""
+        from decision.model import load_model
+        from decision.model.checkpoint import DEFAULT_MODEL_DIR
+
+        model = load_model(path, device=device)
+        directory = Path(path) if path is not None else DEFAULT_MODEL_DIR
+        return cls(model, name=directory.resolve().name, path=str(directory))
+
+    def prepare(self, body: DecideBody) -> Prepared:
+        """Validate ``body`` as the decoder will, without decoding; raise
+        ``DecisionInputError`` naming the field."""
+        from decision.joint import engine as decoder
+        from decision.joint.result import DecisionRequest
+
+        request = DecisionRequest(
+            document=body.document,
+            questions=list(body.questions),
+            mode=body.mode,
+            threshold=body.options.threshold,
+            max_steps=body.options.max_steps,
+            return_probabilities=body.options.return_probabilities,
+        )
+        # The decoder's checks: mode, options, question count (8 at most in joint mode), each
+        # schema compiled to its automaton (cached for the decode), then the layout of every
+        # pass against the model's positions (a document too long, with both numbers).
+        parsed = decoder._validate(request, self._ctx, self._config, "")
+        decoder._rows(self.model, self._ctx, [parsed])
+        return Prepared(request)
+
+    def decide_many(self, prepared: Sequence[Prepared]) -> list[Any]:
+        """Decode prepared requests together (one batch of forwards)."""
+        from decision.joint.engine import decide_many
+
+        with self._lock:
+            return decide_many(self.model, [p.request for p in prepared], config=self._config)
+
+    def info(self) -> ModelInfo:
+        return ModelInfo(
+            name=self.name,
+            path=self.path,
+            parameters=self._parameters,
+            max_questions=MAX_QUESTIONS,
+            max_document_tokens=int(self.model.config.max_position_embeddings),
+            modes=["joint", "standalone", "auto"],
+            answer_types=ANSWER_TYPES,
+        )
