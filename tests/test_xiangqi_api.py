@@ -316,3 +316,23 @@ def test_web_board_is_served(live_server: str) -> None:
             r = http.get(f"/xiangqi/{name}")
             assert r.status_code == 200 and kind in r.headers["content-type"], name
         assert http.get("/xiangqi/../api.py").status_code == 404
+
+
+def test_model_that_cannot_load_is_503_and_changes_nothing(db: Path) -> None:
+    from decision.errors import CheckpointError
+
+    attempts = 0
+
+    def broken() -> FirstMovePlayer:
+        nonlocal attempts
+        attempts += 1
+        raise CheckpointError("models/default: no default model yet")
+
+    client = TestClient(create_app(db, broken))
+    g = new_game(client, model_side="red")
+    for _ in range(2):  # a failed load is not cached: each request tries again
+        r = client.post(f"{GAMES}/{g['id']}/model-move")
+        assert r.status_code == 503 and r.json()["error"]["type"] == "unavailable"
+        assert "no default model" in r.json()["error"]["message"]
+    assert attempts == 2
+    assert client.get(f"{GAMES}/{g['id']}").json()["version"] == g["version"]

@@ -31,7 +31,7 @@ from apps.xiangqi.core import COLOR_NAMES, Move
 from apps.xiangqi.errors import IllegalMove
 from apps.xiangqi.model_player import Player, choose_move, player_from_setting
 from apps.xiangqi.store import GameNotFound, GameRecord, GameStore, PlayedMove, StaleGameError
-from decision.errors import DecisionInputError
+from decision.errors import CheckpointError, DecisionInputError
 
 # The service mounts ``static_dir`` at ``static_url`` (decision.serve.app): the web board.
 static_dir = Path(__file__).resolve().parent / "static"
@@ -126,11 +126,16 @@ class GameService:
 
     @property
     def player(self) -> Player:
-        """The model player, built on first use."""
+        """The model player, built on first use; a model that cannot be loaded -> 503."""
         with self._player_lock:
             if self._player is None:
                 assert self._player_factory is not None
-                self._player = self._player_factory()
+                try:
+                    self._player = self._player_factory()
+                except CheckpointError as e:  # not cached: a later request tries again
+                    raise GameApiError(
+                        503, "unavailable", f"the model could not be loaded: {e}", "model"
+                    ) from None
             return self._player
 
     def _get(self, game_id: str) -> GameRecord:

@@ -25,7 +25,8 @@ from typing import Any, Protocol
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import Move
 
-XIANGQI_CHECKPOINT = Path("models") / "xiangqi"
+# Beside the default model (<repo>/models/default), whatever the working directory.
+XIANGQI_CHECKPOINT = Path(__file__).resolve().parents[2] / "models" / "xiangqi"
 SETTING_ENV = "DECISION_XIANGQI_MODEL"
 
 
