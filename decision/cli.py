@@ -19,6 +19,7 @@ COMMAND_MODULES: list[str] = [
     "decision.serve.command",  # decision serve
     "decision.serve.decide_command",  # decision decide
     "decision.scoring.command",  # decision score
+    "apps.xiangqi.cli",  # decision xiangqi
 ]
 
 
