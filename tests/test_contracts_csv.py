@@ -125,3 +125,11 @@ def test_generate_cli_refuses_a_range_across_splits(tmp_path: Path) -> None:
          "--groups", "2", "--out", str(tmp_path / "x.csv")],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and "straddle" in done.stderr
+
+
+def test_document_starting_with_at_survives_the_round_trip(tmp_path: Path) -> None:
+    group = CsvGroup("g", "@home: a note\nsecond line", [
+        CsvQuestion("q1", "Yes?", {"type": "boolean"}, True)])
+    path = tmp_path / "at.csv"
+    write_groups([group], path)
+    assert read_groups(path) == [group]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from decision.errors import DecisionInputError
 from decision.metrics import (
@@ -137,3 +139,16 @@ def test_summarize_dict_and_markdown() -> None:
     assert "Joint minus standalone on the same 5 questions / 3 groups" in table
     only_joint, table = summarize(JOINT)
     assert "joint_minus_standalone" not in only_joint and "Joint minus" not in table
+
+
+@given(st.integers(min_value=1, max_value=500), st.data())
+def test_wilson_contains_the_estimate_and_is_narrower_than_one(n: int, data: st.DataObject
+                                                               ) -> None:
+    k = data.draw(st.integers(min_value=0, max_value=n))
+    low, high = wilson_interval(k, n)
+    assert 0.0 <= low <= k / n <= high <= 1.0
+    assert high - low < 1.0
+    # symmetric: k successes and n - k failures mirror each other
+    mirror = wilson_interval(n - k, n)
+    assert mirror[0] == pytest.approx(1 - high, abs=1e-12)
+    assert mirror[1] == pytest.approx(1 - low, abs=1e-12)
