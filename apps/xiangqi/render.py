@@ -1,0 +1,76 @@
+"""Text renderings of a position for the decision model: the document and the move question.
+
+The document is compact and deterministic (same position and history, same text), so a model
+trained on it sees one form per position:
+
+    Xiangqi. Red: upper case, Black: lower case. K general, A advisor, B elephant, N horse,
+    R chariot, C cannon, P soldier, . empty point.
+      abcdefghi
+    9 rnbakabnr
+    ...
+    0 RNBAKABNR
+    Side to move: red. Move 1. Last move: none. In check: no.
+    Legal moves (44): a0a1 a0a2 ...
+
+Rank 9 (Black's back rank) is printed first, as in FEN. Legal moves are ICCS sorted as strings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apps.xiangqi.board import Board
+from apps.xiangqi.core import COLOR_NAMES, FILE_NAMES, Piece
+from apps.xiangqi.errors import XiangqiError
+
+LEGEND = (
+    "Xiangqi. Red: upper case, Black: lower case. K general, A advisor, B elephant, N horse, "
+    "R chariot, C cannon, P soldier, . empty point."
+)
+
+
+def sorted_legal_iccs(board: Board) -> list[str]:
+    """The legal moves of the side to move as ICCS strings, in sorted (stable) order."""
+    return sorted(m.iccs() for m in board.legal_moves)
+
+
+def board_grid(board: Board) -> str:
+    """Ten lines of nine characters (rank 9 first) under a file header, one character a point."""
+    lines = ["  " + FILE_NAMES]
+    for rank in range(9, -1, -1):
+        row = ""
+        for f in range(9):
+            piece: Piece | None = board.piece_at(rank * 9 + f)
+            row += piece.symbol() if piece else "."
+        lines.append(f"{rank} {row}")
+    return "\n".join(lines)
+
+
+def position_document(board: Board) -> str:
+    """The position as the document the decision model reads (see the module docstring)."""
+    legal = sorted_legal_iccs(board)
+    last = board.peek().iccs() if board.move_stack else "none"
+    status = (
+        f"Side to move: {COLOR_NAMES[board.turn]}. Move {board.fullmove_number}. "
+        f"Last move: {last}. In check: {'yes' if board.is_check() else 'no'}."
+    )
+    return "\n".join(
+        [LEGEND, board_grid(board), status, f"Legal moves ({len(legal)}): {' '.join(legal)}"]
+    )
+
+
+def move_question(board: Board) -> dict[str, Any]:
+    """A ``choice`` question among the legal moves in ICCS (same order as the document).
+
+    Raises :class:`XiangqiError` when the side to move has no legal move (the game is over).
+    """
+    legal = sorted_legal_iccs(board)
+    side = COLOR_NAMES[board.turn]
+    if not legal:
+        over = f"{side} has no legal move: the game is over ({board.result()})"
+        raise XiangqiError(over, "board")
+    return {
+        "id": "move",
+        "text": f"Which move should {side} play?",
+        "answer": {"type": "choice", "options": legal},
+    }

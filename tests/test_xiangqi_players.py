@@ -1,0 +1,120 @@
+"""The position document and move question for the decision model, and the baseline players."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.xiangqi import BLACK, RED, Board, Move, XiangqiError
+from apps.xiangqi.players import (
+    GreedyPlayer,
+    RandomPlayer,
+    material,
+    play_game,
+)
+from apps.xiangqi.render import board_grid, move_question, position_document
+
+START_GRID = """  abcdefghi
+9 rnbakabnr
+8 .........
+7 .c.....c.
+6 p.p.p.p.p
+5 .........
+4 .........
+3 P.P.P.P.P
+2 .C.....C.
+1 .........
+0 RNBAKABNR"""
+
+
+def test_document_of_the_start_position() -> None:
+    board = Board()
+    doc = position_document(board)
+    assert board_grid(board) == START_GRID and START_GRID in doc
+    assert "Side to move: red. Move 1. Last move: none. In check: no." in doc
+    moves_line = doc.splitlines()[-1]
+    assert moves_line.startswith("Legal moves (44): ")
+    listed = moves_line.split(": ", 1)[1].split()
+    assert listed == sorted(m.iccs() for m in board.legal_moves)
+    assert position_document(Board()) == doc  # deterministic
+
+
+def test_document_tracks_side_last_move_and_check() -> None:
+    board = Board()
+    for m in ("h2e2", "h9g7"):
+        board.push_iccs(m)
+    doc = position_document(board)
+    assert "Side to move: red. Move 2. Last move: h9g7. In check: no." in doc
+    assert "\n7 .c....nc.\n" in doc and "\n2 .C..C....\n" in doc
+    checked = Board("3k5/9/9/9/3R5/9/9/9/9/4K4 b - - 0 1")  # the chariot on d5 checks
+    assert "Side to move: black. Move 1. Last move: none. In check: yes." in (
+        position_document(checked)
+    )
+
+
+def test_move_question_offers_exactly_the_legal_moves() -> None:
+    board = Board()
+    board.push_iccs("h2e2")
+    q = move_question(board)
+    assert q["id"] == "move" and q["text"] == "Which move should black play?"
+    assert q["answer"]["type"] == "choice"
+    assert q["answer"]["options"] == sorted(m.iccs() for m in board.legal_moves)
+    from decision.schemas import Question
+
+    parsed = Question.model_validate(q)  # the service's own schema accepts it
+    assert parsed.answer.options() == q["answer"]["options"]
+
+
+def test_move_question_after_the_game_ended_raises() -> None:
+    board = Board("R3k4/R8/9/9/9/9/9/9/9/3K5 b - - 0 1")  # Black is checkmated
+    with pytest.raises(XiangqiError, match="no legal move"):
+        move_question(board)
+    assert "In check: yes" in position_document(board)
+    assert "Legal moves (0): " in position_document(board)
+
+
+def test_material_counts_crossed_soldiers_double() -> None:
+    assert material(Board(), RED) == 0.0
+    board = Board("3k5/9/9/4P4/9/9/9/9/9/4KR3 w - - 0 1")  # chariot and a crossed soldier
+    assert material(board, RED) == 11.0 and material(board, BLACK) == -11.0
+
+
+def test_random_player_is_legal_and_reproducible() -> None:
+    board = Board()
+    a = [RandomPlayer(seed=5).choose(board) for _ in range(3)]
+    assert all(board.is_legal(m) for m in a)
+    assert RandomPlayer(seed=5).choose(board) == a[0]
+
+
+def test_greedy_player_prefers_the_biggest_capture() -> None:
+    # Red chariot on e4 can take a Black soldier on e6 or the Black chariot on a4.
+    board = Board("3k5/9/9/4p4/9/r3R4/9/9/9/5K3 w - - 0 1")
+    assert GreedyPlayer().choose(board) == Move.from_iccs("e4a4")
+
+
+def test_greedy_player_prefers_mate_to_material() -> None:
+    # Rb1-b9 mates (Ra8 covers rank 8, the Red general faces d9); Rb1xh1 would win a chariot.
+    board = Board("4k4/R8/9/9/9/9/9/9/1R5r1/3K5 w - - 0 1")
+    assert GreedyPlayer().choose(board) == Move.from_iccs("b1b9")
+    board.push_iccs("b1b9")
+    assert board.is_checkmate()
+
+
+def test_play_game_returns_a_replayable_game() -> None:
+    result, moves = play_game(RandomPlayer(1), RandomPlayer(2), max_plies=60)
+    board = Board()
+    for m in moves:
+        board.push_iccs(m)
+    assert board.result() == result and len(moves) <= 60
+    assert play_game(RandomPlayer(), RandomPlayer(), max_plies=0) == ("*", [])
+    with pytest.raises(ValueError):
+        play_game(RandomPlayer(), RandomPlayer(), max_plies=-1)
+
+
+def test_greedy_beats_random() -> None:
+    score = 0.0
+    for seed in (1, 2):
+        result, _ = play_game(GreedyPlayer(seed), RandomPlayer(seed), max_plies=200)
+        score += {"1-0": 1.0, "1/2-1/2": 0.5}.get(result, 0.0)
+        result, _ = play_game(RandomPlayer(seed), GreedyPlayer(seed), max_plies=200)
+        score += {"0-1": 1.0, "1/2-1/2": 0.5}.get(result, 0.0)
+    assert score >= 3.0
