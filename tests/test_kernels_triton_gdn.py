@@ -1,0 +1,131 @@
+"""Triton chunked gated delta rule vs the float64 recurrence: forward and gradients.
+
+On a CPU machine the kernels run under the Triton interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1 before anything imports triton); with TRITON_INTERPRET=0 and a GPU they run on
+CUDA. Inputs are fresh random each run (the seed is printed, shown by pytest on failure); every
+buffer the kernels write is poisoned with NaN first, so a row or tile a kernel forgets to write
+shows up as NaN. Sizes are kept small because the interpreter runs each program in Python.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from decision.kernels import _dispatch, chunk_gated_delta_rule, recurrent_gated_delta_rule_torch
+from decision.kernels.gated_delta_rule import triton_chunk
+from decision.kernels.testing import gdn_inputs
+
+INTERPRETED = _dispatch.triton_interpreting()
+DEVICE = "cpu" if INTERPRETED or not torch.cuda.is_available() else "cuda"
+NAMES = ("q", "k", "v", "g", "beta", "initial_state")
+
+# fp32 kernels against a float64 reference: fp32 rounding over a 64-token chunk, the UT transform
+# and the chunk-to-chunk state hand-over gives ~1e-6 relative; 2e-5 of the largest magnitude leaves
+# margin without hiding a wrong term (any real bug is O(1e-1) or larger).
+FP32_TOL = 2e-5
+# bf16 inputs and output: the output is rounded to bf16 (8 bits of mantissa, 4e-3 relative), and
+# tf32 products are allowed: 1e-2 relative.
+BF16_TOL = 1e-2
+# Relative error is taken against max(|reference|, FLOOR). With gates near 0, dL/dg is ~1e-8
+# (every term carries a factor exp(g) ~ 1e-5) yet is assembled from O(1) products that cancel
+# (e.g. Gamma_ii = exp(G_i - G_i) = 1 feeds +x into dG_i and -x into dG_i), so its fp32 error is
+# set by those O(1) terms, not by its own size. A floor of 1e-3 still flags any real error.
+FLOOR = 1e-3
+
+
+@pytest.fixture
+def seed() -> int:
+    s = random.randrange(2**31)
+    print(f"seed={s}")
+    return s
+
+
+@pytest.fixture
+def poison(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fill every buffer the Triton path allocates with NaN."""
+
+    def nan_empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(triton_chunk, "_empty", nan_empty)
+
+
+def test_triton_runs_interpreted_or_on_cuda() -> None:
+    """Guards the set-up: on a machine without CUDA the interpreter must be on (conftest)."""
+    assert INTERPRETED or torch.cuda.is_available()
+    assert triton_chunk.INTERPRETED == INTERPRETED
+
+
+def _rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
+    assert torch.isfinite(a).all(), "non-finite values (an unwritten or overflowed element)"
+    return ((a.double() - ref.double()).abs().max() / ref.abs().max().clamp_min(FLOOR)).item()
+
+
+def _compare(x64: dict[str, torch.Tensor], dtype: torch.dtype, tol: float,
+             cu: torch.Tensor | None, seed: int, grads: bool = True) -> None:
+    gen = torch.Generator().manual_seed(seed + 1)
+    leaves64 = {n: t.clone().requires_grad_(grads) for n, t in x64.items()}
+    o_ref, s_ref = recurrent_gated_delta_rule_torch(**leaves64, cu_seqlens=cu)
+    w_o = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64)
+    w_s = torch.randn(s_ref.shape, generator=gen, dtype=torch.float64)
+    leaves = {
+        n: t.detach().to(DEVICE, torch.float32 if n == "initial_state" else dtype)
+        .requires_grad_(grads)
+        for n, t in x64.items()
+    }
+    o, s = chunk_gated_delta_rule(**leaves, cu_seqlens=cu, backend="triton")
+    assert o.dtype == dtype and s.dtype == torch.float32
+    assert _rel_err(o, o_ref) < tol, _rel_err(o, o_ref)
+    assert _rel_err(s, s_ref) < tol, _rel_err(s, s_ref)
+    if not grads:
+        return
+    ref_grads = torch.autograd.grad((o_ref * w_o).sum() + (s_ref * w_s).sum(), leaves64.values())
+    loss = (o.float() * w_o.to(DEVICE).float()).sum() + (s * w_s.to(DEVICE).float()).sum()
+    got = torch.autograd.grad(loss, leaves.values())
+    for name, a, b in zip(leaves, got, ref_grads, strict=True):
+        assert _rel_err(a, b) < tol, (name, _rel_err(a, b))
+
+
+def _as64(x: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Round inputs to the kernel dtype first, so the reference sees exactly the same numbers."""
+    return {n: t.to(torch.float32 if n == "initial_state" else dtype).double()
+            for n, t in x.items()}
+
+
+def test_varlen_all_lengths_grouped_heads(seed: int, poison: None) -> None:
+    """Lengths 1, 7, 63, 65, 200 packed in one batch, each from its own state; Hv = 2 Hk."""
+    lengths = [1, 7, 63, 65, 200]
+    x = gdn_inputs(1, sum(lengths), 1, 2, 16, 16, n_states=len(lengths), seed=seed)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=DEVICE)
+    _compare(_as64(x, torch.float32), torch.float32, FP32_TOL, cu, seed)
+
+
+def test_batch_gates_near_zero_unaligned_head_dim(seed: int, poison: None) -> None:
+    """B = 2, T = 65 (one full chunk + 1), gates ~0 (state forgotten each step), Dk = 24."""
+    x = gdn_inputs(2, 65, 2, 2, 24, 16, gate="near0", n_states=2, seed=seed)
+    _compare(_as64(x, torch.float32), torch.float32, FP32_TOL, None, seed)
+
+
+def test_gates_near_one_several_value_tiles(seed: int, poison: None,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """T = 63 and 7, gates ~1 (long memory), Dv = 32 split in 16-wide tiles, no initial state."""
+    monkeypatch.setattr(triton_chunk, "MAX_BV", 16)
+    for t in (63, 7):
+        x = gdn_inputs(1, t, 1, 2, 16, 32, gate="near1", seed=seed + t)
+        _compare(_as64(x, torch.float32), torch.float32, FP32_TOL, None, seed)
+
+
+def test_bf16_inputs(seed: int, poison: None) -> None:
+    x = gdn_inputs(1, 65, 1, 2, 16, 16, n_states=1, seed=seed)
+    _compare(_as64(x, torch.bfloat16), torch.bfloat16, BF16_TOL, None, seed)
+
+
+def test_no_final_state_and_dispatch(seed: int) -> None:
+    x = {n: t.to(DEVICE) for n, t in gdn_inputs(1, 9, 1, 1, 16, 16, seed=seed).items()}
+    o, s = chunk_gated_delta_rule(**x, output_final_state=False, backend="triton")
+    o_ref, _ = chunk_gated_delta_rule(**x, backend="torch")
+    assert s is None
+    assert _rel_err(o, o_ref) < FP32_TOL
