@@ -6,10 +6,11 @@ sequences of length L that A_k accepts. With w(x) = sum_t logp[k, t, x_t]:
 
 * ``viterbi``: argmax_x w(x) over valid x, the most probable valid completion (DINGO,
   arXiv 2505.23061, Alg. 1, for any unmasking order since fixed positions are just one-hot rows);
-* ``forward``/``backward``: the log-partition sums alpha_t(s) = logsumexp over prefixes reaching s,
-  beta_t(s) = logsumexp over suffixes from s to acceptance (the forward-backward algorithm on the
+* ``forward``/``backward``: the partition sums alpha_t(s) = sum over prefixes reaching s,
+  beta_t(s) = sum over suffixes from s to acceptance (the forward-backward algorithm on the
   product of the automaton and the factorised model), so that
-  P(x_t = v | valid) = sum_{edges e=(s,v,s')} exp(alpha_t(s) + logp[t,v] + beta_{t+1}(s') - log Z).
+  P(x_t = v | valid) = sum_{edges e=(s,v,s')} alpha_t(s) p_t(v) beta_{t+1}(s') / Z, computed in
+  float64 with per-position rescaling (Rabiner's scaled forward-backward).
 
 All automata are packed into one flat edge list with global state ids, so one step of a
 programme is a few tensor ops over all edges of all slots at once.
@@ -75,51 +76,58 @@ class PackedAutomata:
         return logp[self.edge_row, :, self.tok]
 
 
-def _scatter_logsumexp(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
-    """logsumexp of ``values`` grouped by ``index`` (dim 0) into ``size`` groups; -inf if empty."""
-    shape = (size, *values.shape[1:])
-    peak = torch.full(shape, NEG_INF, dtype=values.dtype, device=values.device)
-    peak = peak.scatter_reduce(0, index, values, "amax", include_self=True)
-    safe = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
-    total = torch.zeros(shape, dtype=values.dtype, device=values.device)
-    total = total.scatter_add(0, index, torch.exp(values - safe.gather(0, index)))
-    return torch.log(total) + safe
-
-
-def _start(packed: PackedAutomata, dtype: torch.dtype) -> torch.Tensor:
-    alpha = torch.full((packed.num_states,), NEG_INF, dtype=dtype, device=packed.accept.device)
-    alpha[packed.initial] = 0.0
+def _start(packed: PackedAutomata, dtype: torch.dtype, fill: float) -> torch.Tensor:
+    alpha = torch.full((packed.num_states,), fill, dtype=dtype, device=packed.accept.device)
+    alpha[packed.initial] = 1.0 if fill == 0.0 else 0.0
     return alpha
 
 
-def forward(packed: PackedAutomata, weights: torch.Tensor) -> torch.Tensor:
-    """alpha ``[L + 1, N]``: log-sum of all prefixes of length t ending in each state."""
-    alpha = _start(packed, weights.dtype)
+def _normalise(x: torch.Tensor, packed: PackedAutomata) -> tuple[torch.Tensor, torch.Tensor]:
+    """Divide each automaton's states by their sum (kept in range); return the sums ``[K]``."""
+    total = torch.zeros(packed.num_automata, dtype=x.dtype, device=x.device)
+    total = total.index_add(0, packed.state_owner, x)
+    safe = torch.where(total > 0, total, torch.ones_like(total))
+    return x / safe[packed.state_owner], total
+
+
+def forward(packed: PackedAutomata, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled forward pass in linear space (float64, rescaled per automaton each position).
+
+    Returns alpha ``[L + 1, N]`` (each automaton's states sum to 1 at every t, or 0 when no
+    prefix survives) and ``log Z`` ``[K]`` = log-sum over all accepted length-L sequences.
+    """
+    alpha = _start(packed, probs.dtype, 0.0)
+    log_scale = torch.zeros(packed.num_automata, dtype=probs.dtype, device=probs.device)
     out = [alpha]
     n = packed.num_states
-    for t in range(weights.shape[1]):
-        alpha = _scatter_logsumexp(alpha[packed.src] + weights[:, t], packed.dst, n)
+    for t in range(probs.shape[1]):
+        nxt = torch.zeros(n, dtype=probs.dtype, device=probs.device)
+        nxt = nxt.index_add(0, packed.dst, alpha[packed.src] * probs[:, t])
+        alpha, total = _normalise(nxt, packed)
+        log_scale += torch.log(total)
         out.append(alpha)
-    return torch.stack(out)
+    final = torch.zeros(packed.num_automata, dtype=probs.dtype, device=probs.device)
+    final = final.index_add(0, packed.state_owner, alpha * packed.accept)
+    return torch.stack(out), log_scale + torch.log(final)
 
 
-def backward(packed: PackedAutomata, weights: torch.Tensor) -> torch.Tensor:
-    """beta ``[L + 1, N]``: log-sum of all accepted suffixes from each state at position t."""
-    n = packed.num_states
-    zero = torch.zeros(n, dtype=weights.dtype, device=weights.device)
-    beta = torch.where(packed.accept, zero, torch.full_like(zero, NEG_INF))
+def backward(packed: PackedAutomata, probs: torch.Tensor) -> torch.Tensor:
+    """Scaled backward pass: beta ``[L + 1, N]`` proportional, per automaton and position, to
+    the probability mass of accepted suffixes from each state."""
+    beta = packed.accept.to(probs.dtype)
     out = [beta]
-    for t in range(weights.shape[1] - 1, -1, -1):
-        beta = _scatter_logsumexp(beta[packed.dst] + weights[:, t], packed.src, n)
+    n = packed.num_states
+    for t in range(probs.shape[1] - 1, -1, -1):
+        prev = torch.zeros(n, dtype=probs.dtype, device=probs.device)
+        prev = prev.index_add(0, packed.src, beta[packed.dst] * probs[:, t])
+        beta, _ = _normalise(prev, packed)
         out.append(beta)
     return torch.stack(out[::-1])
 
 
 def log_partition(packed: PackedAutomata, weights: torch.Tensor) -> torch.Tensor:
-    """log Z ``[K]`` per automaton: log-sum over all accepted sequences of length L."""
-    alpha = forward(packed, weights)[-1]
-    final = torch.where(packed.accept, alpha, torch.full_like(alpha, NEG_INF))
-    return _scatter_logsumexp(final, packed.state_owner, packed.num_automata)
+    """log Z ``[K]`` per automaton from log-weights ``[E, L]``: log-sum over accepted sequences."""
+    return forward(packed, torch.exp(weights.double()))[1]
 
 
 def viterbi(packed: PackedAutomata, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,7 +138,7 @@ def viterbi(packed: PackedAutomata, weights: torch.Tensor) -> tuple[torch.Tensor
     """
     n, length = packed.num_states, weights.shape[1]
     edges = torch.arange(packed.src.shape[0], device=weights.device)
-    alpha = _start(packed, weights.dtype)
+    alpha = _start(packed, weights.dtype, NEG_INF)
     pointers = []
     for t in range(length):
         cand = alpha[packed.src] + weights[:, t]
@@ -163,15 +171,18 @@ def viterbi(packed: PackedAutomata, weights: torch.Tensor) -> tuple[torch.Tensor
 def token_marginals(
     packed: PackedAutomata, weights: torch.Tensor, tokens: torch.Tensor
 ) -> torch.Tensor:
-    """P(x_t = tokens[k, t] | valid) per automaton and position, ``[K, L]`` (forward-backward)."""
-    alpha = forward(packed, weights)  # [L+1, N]
-    beta = backward(packed, weights)
-    final = torch.where(packed.accept, alpha[-1], torch.full_like(alpha[-1], NEG_INF))
-    log_z = _scatter_logsumexp(final, packed.state_owner, packed.num_automata)  # [K]
-    # score of each edge used at each position: alpha_t(src) + w_t(e) + beta_{t+1}(dst)
-    edge_score = alpha[:-1, packed.src].T + weights + beta[1:, packed.dst].T  # [E, L]
+    """P(x_t = tokens[k, t] | valid) per automaton and position, ``[K, L]`` (forward-backward).
+
+    With the scaled passes, alpha_t(src) p_t(e) beta_{t+1}(dst) over the edges of one automaton at
+    one position is proportional to the edge marginals with a factor that cancels in the ratio.
+    """
+    probs = torch.exp(weights.double())
+    alpha, _ = forward(packed, probs)
+    beta = backward(packed, probs)
+    edge = alpha[:-1, packed.src].T * probs * beta[1:, packed.dst].T  # [E, L]
     chosen = packed.tok[:, None] == tokens[packed.edge_owner]  # [E, L]
-    edge_score = torch.where(chosen, edge_score, torch.full_like(edge_score, NEG_INF))
-    owner = packed.edge_owner[:, None].expand_as(edge_score)
-    log_m = _scatter_logsumexp(edge_score, owner, packed.num_automata)  # [K, L]
-    return torch.exp(log_m - log_z[:, None]).nan_to_num(0.0)
+    shape = (packed.num_automata, probs.shape[1])
+    total = torch.zeros(shape, dtype=probs.dtype, device=probs.device)
+    total = total.index_add(0, packed.edge_owner, edge)
+    mine = torch.zeros_like(total).index_add(0, packed.edge_owner, edge * chosen)
+    return (mine / total).nan_to_num(0.0).float()

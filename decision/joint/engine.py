@@ -1,0 +1,465 @@
+"""``decide`` / ``decide_many``: validate requests, lay out passes, run the denoising loop.
+
+Every request becomes one or more *passes*: a joint pass holds up to 8 questions in one block, a
+standalone pass one question. All passes of all requests run as rows of one batch: documents
+are prefilled once per request, each row's cache is its document's cache with the row's
+questions committed onto it, and every denoising step is one batched ``denoise`` forward
+followed by one sampler step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from pydantic import ValidationError
+
+from decision.errors import DecisionInputError
+from decision.joint.layout import Layout, build_layout
+from decision.joint.result import Answer, Decision, DecisionRequest
+from decision.joint.sampler import (
+    BlockState,
+    ConstrainedThresholdSampler,
+    Sampler,
+    ThresholdSamplerConfig,
+)
+from decision.schemas.compile import (
+    TokenAutomaton,
+    TokenizerContext,
+    compile_question,
+    literal_automaton,
+    tokenizer_context,
+)
+from decision.schemas.models import Question
+from decision.tokenizer import MAX_QUESTIONS
+
+MODES = ("joint", "standalone", "auto")
+MAX_QUESTIONS_PER_REQUEST = 64
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Decoding options beyond the per-request ones.
+
+    ``max_block_tokens``: the largest answer block ``auto`` puts in one joint pass (a question
+    whose slot alone is larger runs standalone). ``reuse_document_cache``: prefill each document
+    once and commit the questions onto it; off, every row prefills its whole history.
+    """
+
+    max_block_tokens: int = 256
+    reuse_document_cache: bool = True
+
+
+@dataclass
+class _Request:
+    """A validated request."""
+
+    document_ids: list[int]
+    questions: list[Question]
+    question_ids: list[list[int]]
+    automata: list[TokenAutomaton]
+    mode: str
+    threshold: float
+    max_steps: int | None
+    return_probabilities: bool
+    passes: list[tuple[str, list[int]]]  # (kind, question indices)
+
+
+@dataclass
+class _Row:
+    """One pass of one request: a row of the batch."""
+
+    request: int
+    kind: str
+    questions: list[int]
+    layout: Layout
+
+
+def decide(
+    model: Any,
+    document: Any,
+    questions: Any,
+    mode: Any = "joint",
+    threshold: Any = 0.9,
+    max_steps: Any = None,
+    return_probabilities: bool = False,
+    *,
+    sampler: Sampler | None = None,
+    config: EngineConfig | None = None,
+) -> Decision:
+    """Answer ``questions`` about ``document`` with ``model`` (see docs/decoding.md)."""
+    request = DecisionRequest(
+        document=document, questions=questions, mode=mode, threshold=threshold,
+        max_steps=max_steps, return_probabilities=return_probabilities,
+    )
+    return decide_many(model, [request], sampler=sampler, config=config)[0]
+
+
+def decide_many(
+    model: Any,
+    requests: Sequence[DecisionRequest | dict[str, Any]],
+    *,
+    sampler: Sampler | None = None,
+    config: EngineConfig | None = None,
+) -> list[Decision]:
+    """Answer several requests in one batch: shared prefill and denoising forwards.
+
+    Timings are those of the whole batch, reported on every request.
+    """
+    config = config or EngineConfig()
+    if model.tokenizer is None:
+        raise DecisionInputError("the model has no tokenizer", "model")
+    ctx = tokenizer_context(model.tokenizer)
+    if ctx.vocab_size > model.config.vocab_size:
+        raise DecisionInputError(
+            f"tokenizer has {ctx.vocab_size} tokens, the model only {model.config.vocab_size}",
+            "model",
+        )
+    if not requests:
+        return []
+    prefix = len(requests) > 1
+    parsed = [
+        _validate(r, ctx, config, f"requests.{i}." if prefix else "")
+        for i, r in enumerate(requests)
+    ]
+    with torch.inference_mode():
+        return _run(model, ctx, parsed, config, sampler)
+
+
+# ---------------------------------------------------------------------- validation
+
+
+def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str) -> _Request:
+    if isinstance(raw, dict):
+        try:
+            raw = DecisionRequest(**raw)
+        except (TypeError, ValidationError) as exc:
+            raise DecisionInputError(f"invalid request: {exc}", where.rstrip(".") or None) from None
+    mode = raw.mode
+    if mode not in MODES:
+        raise DecisionInputError(f"mode must be one of {list(MODES)}, got {mode!r}", where + "mode")
+    threshold = raw.threshold
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not math.isfinite(threshold)
+        or not 0.0 < threshold <= 1.0
+    ):
+        raise DecisionInputError(
+            f"threshold must be a number in (0, 1], got {threshold!r}", where + "threshold"
+        )
+    max_steps = raw.max_steps
+    if max_steps is not None and (
+        isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
+    ):
+        raise DecisionInputError(
+            f"max_steps must be a positive integer or None, got {max_steps!r}", where + "max_steps"
+        )
+    document = raw.document
+    if not isinstance(document, str) or not document.strip():
+        raise DecisionInputError("document must be a non-empty string", where + "document")
+    questions = _questions(raw.questions, mode, where)
+    automata = [compile_question(q, ctx, f"{where}questions.{i}") for i, q in enumerate(questions)]
+    encode = ctx.tokenizer.encode
+    return _Request(
+        document_ids=encode(document, add_special_tokens=False).ids,
+        questions=questions,
+        question_ids=[encode(q.text, add_special_tokens=False).ids for q in questions],
+        automata=automata,
+        mode=mode,
+        threshold=float(threshold),
+        max_steps=max_steps,
+        return_probabilities=bool(raw.return_probabilities),
+        passes=_plan(mode, automata, config),
+    )
+
+
+def _questions(raw: Any, mode: str, where: str) -> list[Question]:
+    field = where + "questions"
+    if not isinstance(raw, list | tuple) or not raw:
+        raise DecisionInputError("questions must be a non-empty list", field)
+    if mode == "joint" and len(raw) > MAX_QUESTIONS:
+        raise DecisionInputError(
+            f"joint mode takes at most {MAX_QUESTIONS} questions, got {len(raw)}; "
+            "use mode='auto' to split them into several passes",
+            field,
+        )
+    if len(raw) > MAX_QUESTIONS_PER_REQUEST:
+        raise DecisionInputError(
+            f"at most {MAX_QUESTIONS_PER_REQUEST} questions per request, got {len(raw)}", field
+        )
+    out: list[Question] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(raw):
+        try:
+            question = item if isinstance(item, Question) else Question.model_validate(item)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            loc = [str(p) for p in error["loc"]]
+            # drop the union tag pydantic inserts after "answer" (answer.choice.options)
+            if len(loc) > 1 and loc[0] == "answer":
+                loc = [loc[0], *loc[2:]] if len(loc) > 2 else loc
+            raise DecisionInputError(
+                f"question {i}: {error['msg']}", ".".join([f"{field}.{i}", *loc])
+            ) from None
+        if question.id in seen:
+            raise DecisionInputError(
+                f"duplicate question id {question.id!r} (also question {seen[question.id]})",
+                f"{field}.{i}.id",
+            )
+        seen[question.id] = i
+        out.append(question)
+    return out
+
+
+def _plan(
+    mode: str, automata: list[TokenAutomaton], config: EngineConfig
+) -> list[tuple[str, list[int]]]:
+    """Split a request's questions into joint and standalone passes."""
+    indices = list(range(len(automata)))
+    if mode == "joint":
+        return [("joint", indices)]
+    if mode == "standalone":
+        return [("standalone", [i]) for i in indices]
+    passes: list[tuple[str, list[int]]] = []
+    group: list[int] = []
+    used = 0
+    for i, automaton in enumerate(automata):
+        size = automaton.budget + 1  # the <ai> marker and the slot
+        if size > config.max_block_tokens:
+            passes.append(("standalone", [i]))
+            continue
+        if len(group) == MAX_QUESTIONS or used + size > config.max_block_tokens:
+            passes.append(("joint", group))
+            group, used = [], 0
+        group.append(i)
+        used += size
+    if group:
+        passes.append(("joint", group))
+    return sorted(passes, key=lambda p: p[1][0])
+
+
+# ---------------------------------------------------------------------- decoding
+
+
+def _rows(model: Any, ctx: TokenizerContext, requests: list[_Request]) -> list[_Row]:
+    limit = int(model.config.max_position_embeddings)
+    rows: list[_Row] = []
+    for r, req in enumerate(requests):
+        for kind, picked in req.passes:
+            layout = build_layout(
+                ctx.special,
+                req.document_ids,
+                [req.question_ids[i] for i in picked],
+                [req.automata[i].budget for i in picked],
+            )
+            if len(layout.input_ids) > limit:
+                raise DecisionInputError(
+                    f"document has {len(req.document_ids)} tokens; with the questions and answer "
+                    f"slots a pass needs {len(layout.input_ids)} positions but the model accepts "
+                    f"at most {limit}",
+                    "document",
+                )
+            rows.append(_Row(r, kind, picked, layout))
+    return rows
+
+
+def _pad(seqs: list[list[int]], value: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad ``seqs`` into ``[B, T]`` ids and a bool mask."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), value, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = True
+    return ids, mask
+
+
+def _prefill(
+    model: Any, ctx: TokenizerContext, requests: list[_Request], rows: list[_Row], reuse: bool
+) -> Any:
+    """The history cache of every row (document prefilled once per request when ``reuse``)."""
+    device = model.device
+    pad = ctx.special.pad
+    if not reuse:
+        ids, mask = _pad([row.layout.history_ids for row in rows], pad)
+        seg, _ = _pad([row.layout.history_segments for row in rows], 0)
+        return model.prefill(ids.to(device), mask.to(device), seg.to(device))
+    docs = [[ctx.special.doc, *req.document_ids] for req in requests]
+    ids, mask = _pad(docs, pad)
+    doc_cache = model.prefill(ids.to(device), mask.to(device), torch.zeros_like(ids).to(device))
+    cache = doc_cache.index_select([row.request for row in rows])
+    tails = [row.layout.history_ids[row.layout.document_length :] for row in rows]
+    tail_seg = [row.layout.history_segments[row.layout.document_length :] for row in rows]
+    ids, mask = _pad(tails, pad)
+    seg, _ = _pad(tail_seg, 0)
+    return model.commit(ids.to(device), cache, mask.to(device), seg.to(device))
+
+
+def _block_state(
+    ctx: TokenizerContext, requests: list[_Request], rows: list[_Row]
+) -> tuple[BlockState, torch.Tensor, torch.Tensor, list[tuple[int, int]]]:
+    """Initial block state, block mask and segments; ``slots[k] = (row, question)``."""
+    ids, block_mask = _pad([row.layout.block for row in rows], ctx.special.pad)
+    seg, _ = _pad([row.layout.block_segments for row in rows], 0)
+    width = ids.shape[1]
+    spans = [(b, span) for b, row in enumerate(rows) for span in row.layout.block_slots()]
+    longest = max(span.length for _, span in spans)
+    positions = torch.full((len(spans), longest), -1, dtype=torch.long)
+    automata: list[TokenAutomaton] = []
+    slots: list[tuple[int, int]] = []
+    option_automata: list[list[TokenAutomaton] | None] = []
+    for k, (b, span) in enumerate(spans):
+        positions[k, : span.length] = b * width + span.start + torch.arange(span.length)
+        row = rows[b]
+        question = row.questions[span.question]
+        slots.append((b, question))
+        req = requests[row.request]
+        automata.append(req.automata[question])
+        options = req.questions[question].answer.options()
+        if req.return_probabilities and options is not None:
+            option_automata.append([literal_automaton(o, ctx, span.length) for o in options])
+        else:
+            option_automata.append(None)
+    state = BlockState(
+        ids=ids,
+        masked=ids == ctx.special.mask,
+        confidence=torch.ones(ids.shape),
+        positions=positions,
+        slot_automata=automata,
+        eos_id=ctx.special.eos,
+        option_automata=option_automata,
+    )
+    return state, block_mask, seg, slots
+
+
+def _run(
+    model: Any,
+    ctx: TokenizerContext,
+    requests: list[_Request],
+    config: EngineConfig,
+    sampler: Sampler | None,
+) -> list[Decision]:
+    start = time.perf_counter()
+    device = model.device
+    rows = _rows(model, ctx, requests)
+    cache = _prefill(model, ctx, requests, rows, config.reuse_document_cache)
+    _sync(device)
+    prefill_s = time.perf_counter() - start
+    state, block_mask, seg, slots = _block_state(ctx, requests, rows)
+    samplers = _samplers(requests, sampler)
+    row_request = torch.tensor([row.request for row in rows])
+    row_steps = torch.zeros(len(rows), dtype=torch.long)
+    max_steps = torch.tensor([requests[row.request].max_steps or 0 for row in rows])
+    decoded = state.masked.sum(-1)
+    denoise_s = constraint_s = 0.0
+    block_mask_d, seg_d = block_mask.to(device), seg.to(device)
+    while bool(state.masked.any()):
+        t0 = time.perf_counter()
+        logits = model.denoise(state.ids.to(device), cache, block_mask_d, seg_d)
+        logits = logits.float().cpu()
+        denoise_s += time.perf_counter() - t0
+        active = state.masked.any(-1)
+        row_steps += active.long()
+        force = active & (max_steps > 0) & (row_steps >= max_steps)
+        for group, policy in samplers:
+            rows_here = torch.isin(row_request, group) if len(samplers) > 1 else None
+            report = _step(policy, state, logits, force, rows_here)
+            constraint_s += report
+    total_s = time.perf_counter() - start
+    timings = {
+        "prefill": prefill_s * 1e3,
+        "denoise": denoise_s * 1e3,
+        "constraint": constraint_s * 1e3,
+        "total": total_s * 1e3,
+    }
+    return _decisions(ctx, requests, rows, state, slots, row_steps, decoded, timings)
+
+
+def _samplers(
+    requests: list[_Request], sampler: Sampler | None
+) -> list[tuple[torch.Tensor, Sampler]]:
+    """One sampler per distinct threshold (requests in a batch may differ), or the given one."""
+    if sampler is not None:
+        return [(torch.arange(len(requests)), sampler)]
+    by_threshold: dict[float, list[int]] = {}
+    for r, req in enumerate(requests):
+        by_threshold.setdefault(req.threshold, []).append(r)
+    return [
+        (torch.tensor(members), ConstrainedThresholdSampler(ThresholdSamplerConfig(threshold)))
+        for threshold, members in by_threshold.items()
+    ]
+
+
+def _step(
+    policy: Sampler,
+    state: BlockState,
+    logits: torch.Tensor,
+    force: torch.Tensor,
+    rows: torch.Tensor | None,
+) -> float:
+    """One sampler step, restricted to ``rows`` when several policies share the batch."""
+    state.selectable = rows
+    try:
+        return policy.step(state, logits, force if rows is None else force & rows).seconds
+    finally:
+        state.selectable = None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _decisions(
+    ctx: TokenizerContext,
+    requests: list[_Request],
+    rows: list[_Row],
+    state: BlockState,
+    slots: list[tuple[int, int]],
+    row_steps: torch.Tensor,
+    decoded: torch.Tensor,
+    timings: dict[str, float],
+) -> list[Decision]:
+    answers: list[dict[int, Answer]] = [{} for _ in requests]
+    for k, (b, question_index) in enumerate(slots):
+        row = rows[b]
+        req = requests[row.request]
+        question = req.questions[question_index]
+        positions = state.positions[k][state.positions[k] >= 0]
+        tokens = state.ids.reshape(-1)[positions].tolist()
+        text = ctx.text(tokens)
+        probs = state.option_probs[k]
+        options = question.answer.options()
+        answers[row.request][question_index] = Answer(
+            id=question.id,
+            value=question.answer.parse(text),
+            text=text,
+            confidence=float(state.confidence.reshape(-1)[positions].prod().clamp(0.0, 1.0)),
+            option_probabilities=(
+                dict(zip(options, probs.tolist(), strict=True))
+                if probs is not None and options is not None
+                else None
+            ),
+            mode=row.kind,
+        )
+    out: list[Decision] = []
+    for r, req in enumerate(requests):
+        mine = [b for b, row in enumerate(rows) if row.request == r]
+        steps = int(row_steps[mine].max())
+        tokens = int(decoded[mine].sum())
+        kinds = sorted({rows[b].kind for b in mine})
+        out.append(
+            Decision(
+                answers=[answers[r][i] for i in range(len(req.questions))],
+                mode="+".join(kinds),
+                steps=steps,
+                tokens_per_forward=tokens / max(steps, 1),
+                timings=dict(timings),
+            )
+        )
+    return out

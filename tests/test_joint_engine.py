@@ -1,0 +1,203 @@
+"""decide / decide_many on a random-weight tiny model: validity, equivalences, steps, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from decision.errors import DecisionInputError
+from decision.joint.engine import EngineConfig, decide, decide_many
+from decision.joint.toy import lease_document, lease_sentences
+from decision.model import DecisionConfig, DecisionModel
+from decision.model.testing import randomize_block_params
+from decision.schemas.models import Question
+from decision.tokenizer import special_ids, train_tokenizer
+
+DOC = lease_document(2, seed=3)
+
+
+def tiny_decision_model(seed: int = 0, max_positions: int = 512) -> DecisionModel:
+    """A 2-layer (GDN + attention) random model with the test tokenizer attached."""
+    tok = train_tokenizer(lease_sentences(300), vocab_size=400)
+    sp = special_ids(tok)
+    config = DecisionConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"], num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, linear_num_key_heads=1, linear_num_value_heads=2,
+        linear_key_head_dim=16, linear_value_head_dim=16, intermediate_size=64,
+        mask_token_id=sp.mask, pad_token_id=sp.pad, eos_token_id=sp.eos,
+        max_position_embeddings=max_positions,
+    )
+    torch.manual_seed(seed)
+    model = DecisionModel(config, tok).eval()
+    randomize_block_params(model, torch.Generator().manual_seed(seed + 1))
+    return model
+
+
+@pytest.fixture(scope="module")
+def model() -> DecisionModel:
+    return tiny_decision_model()
+
+
+QUESTIONS = [
+    {"id": "payer", "text": "Who pays for repairs?",
+     "answer": {"type": "choice", "options": ["tenant", "landlord", "not stated"]}},
+    {"id": "timely", "text": "Is the notice timely?", "answer": {"type": "boolean"}},
+    {"id": "days", "text": "How many days of notice?",
+     "answer": {"type": "integer", "minimum": 0, "maximum": 120}},
+]
+
+
+def _values(decision) -> list:
+    return [(a.id, a.value) for a in decision.answers]
+
+
+def test_answers_parse_and_report(model) -> None:
+    d = decide(model, DOC, QUESTIONS, return_probabilities=True)
+    assert d.mode == "joint" and len(d.answers) == 3
+    assert d.answers[0].value in {"tenant", "landlord", "not stated"}
+    assert isinstance(d.answers[1].value, bool)
+    assert 0 <= d.answers[2].value <= 120
+    for a in d.answers:
+        assert 0.0 <= a.confidence <= 1.0
+    probs = d.answers[0].option_probabilities
+    assert set(probs) == {"tenant", "landlord", "not stated"}
+    assert abs(sum(probs.values()) - 1.0) < 1e-5
+    assert d.answers[2].option_probabilities is None
+    assert set(d.timings) == {"prefill", "denoise", "constraint", "total"}
+    assert d.timings["total"] >= d.timings["denoise"] > 0
+
+
+def test_deterministic(model) -> None:
+    first = decide(model, DOC, QUESTIONS, threshold=0.5)
+    second = decide(model, DOC, QUESTIONS, threshold=0.5)
+    assert _values(first) == _values(second)
+    assert [a.confidence for a in first.answers] == [a.confidence for a in second.answers]
+
+
+def test_joint_one_question_equals_standalone(model) -> None:
+    for question in QUESTIONS:
+        # joint prefills the whole history; standalone commits the question onto the doc cache
+        joint = decide(model, DOC, [question], mode="joint",
+                       config=EngineConfig(reuse_document_cache=False))
+        alone = decide(model, DOC, [question], mode="standalone")
+        assert _values(joint) == _values(alone)
+        assert joint.steps == alone.steps
+        assert joint.answers[0].confidence == pytest.approx(alone.answers[0].confidence, abs=1e-4)
+
+
+def test_standalone_cache_reuse_equals_recompute(model) -> None:
+    reused = decide(model, DOC, QUESTIONS, mode="standalone")
+    fresh = decide(model, DOC, QUESTIONS, mode="standalone",
+                   config=EngineConfig(reuse_document_cache=False))
+    assert reused.mode == "standalone"
+    assert _values(reused) == _values(fresh)
+    for a, b in zip(reused.answers, fresh.answers, strict=True):
+        assert a.confidence == pytest.approx(b.confidence, abs=1e-4)
+
+
+def _slot_tokens(model, questions) -> int:
+    from decision.schemas.compile import compile_answer, tokenizer_context
+
+    ctx = tokenizer_context(model.tokenizer)
+    return sum(compile_answer(Question.model_validate(q).answer, ctx).budget for q in questions)
+
+
+def test_steps_bounded_and_threshold_one_is_sequential(model) -> None:
+    masked = _slot_tokens(model, QUESTIONS)
+    one = decide(model, DOC, QUESTIONS, threshold=1.0)
+    assert one.steps == masked and one.tokens_per_forward == pytest.approx(1.0)
+    for threshold in (0.3, 0.7, 0.9):
+        d = decide(model, DOC, QUESTIONS, threshold=threshold)
+        assert 1 <= d.steps <= masked
+
+
+def test_lower_threshold_fewer_steps(model) -> None:
+    # once one token picks an option, the rest of the slot is forced (confidence 1)
+    questions = [
+        {"id": "c", "text": "Which clause?", "answer": {"type": "choice", "options": [
+            "the tenant shall give notice", "rent is due monthly"]}},
+        {"id": "n", "text": "Fixed?", "answer": {"type": "integer", "minimum": 2026,
+                                                 "maximum": 2026}},
+    ]
+    masked = _slot_tokens(model, questions)
+    strict = decide(model, DOC, questions, threshold=1.0)
+    loose = decide(model, DOC, questions, threshold=0.9)
+    assert strict.steps == masked
+    assert loose.steps < strict.steps
+    assert loose.answers[1].value == 2026 and loose.answers[1].confidence == pytest.approx(1.0)
+
+
+def test_max_steps_forces_completion(model) -> None:
+    d = decide(model, DOC, QUESTIONS, threshold=1.0, max_steps=2)
+    assert d.steps == 2
+    assert 0 <= d.answers[2].value <= 120
+
+
+def test_decide_many_equals_single_calls(model) -> None:
+    other = lease_document(3, seed=9)
+    requests = [
+        {"document": DOC, "questions": QUESTIONS, "threshold": 0.8},
+        {"document": other, "questions": QUESTIONS[:2], "mode": "standalone"},
+        {"document": other, "questions": [QUESTIONS[2]], "threshold": 1.0},
+    ]
+    batched = decide_many(model, requests)
+    for request, got in zip(requests, batched, strict=True):
+        alone = decide(model, **request)
+        assert _values(got) == _values(alone)
+        assert got.steps == alone.steps and got.mode == alone.mode
+
+
+def test_auto_falls_back_to_standalone(model) -> None:
+    long_q = {"id": "long", "text": "Quote the clause.",
+              "answer": {"type": "pattern", "regex": "[a-z ]+", "max_tokens": 20}}
+    questions = [*QUESTIONS, long_q]
+    d = decide(model, DOC, questions, mode="auto", config=EngineConfig(max_block_tokens=16))
+    assert d.mode == "joint+standalone"
+    modes = {a.id: a.mode for a in d.answers}
+    assert modes == {"payer": "joint", "timely": "joint", "days": "joint", "long": "standalone"}
+    nine = [{"id": f"b{i}", "text": "Late?", "answer": {"type": "boolean"}} for i in range(9)]
+    d = decide(model, DOC, nine, mode="auto")
+    assert d.mode == "joint" and len(d.answers) == 9
+
+
+def test_pydantic_questions_accepted(model) -> None:
+    objects = [Question.model_validate(q) for q in QUESTIONS]
+    assert _values(decide(model, DOC, objects)) == _values(decide(model, DOC, QUESTIONS))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"questions": [{"id": f"q{i}", "text": "t", "answer": {"type": "boolean"}}
+                        for i in range(9)]}, "questions"),
+        ({"document": ""}, "document"),
+        ({"document": "   "}, "document"),
+        ({"document": None}, "document"),
+        ({"questions": [QUESTIONS[0], QUESTIONS[0]]}, "questions.1.id"),
+        ({"questions": [{"id": "x", "text": "t", "answer": {"type": "choice", "options": []}}]},
+         "questions.0.answer.options"),
+        ({"questions": []}, "questions"),
+        ({"questions": [{"id": "x", "text": "t", "answer": {"type": "pattern", "regex": "(?=a)"}}]},
+         "questions.0.answer.regex"),
+        ({"mode": "fast"}, "mode"),
+        ({"threshold": 0.0}, "threshold"),
+        ({"threshold": 1.5}, "threshold"),
+        ({"threshold": float("nan")}, "threshold"),
+        ({"max_steps": 0}, "max_steps"),
+    ],
+)
+def test_bad_input(model, kwargs, field) -> None:
+    args = {"document": DOC, "questions": QUESTIONS, **kwargs}
+    with pytest.raises(DecisionInputError) as err:
+        decide(model, **args)
+    assert err.value.field == field
+    assert err.value.message
+
+
+def test_document_too_long() -> None:
+    small = tiny_decision_model(max_positions=64)
+    with pytest.raises(DecisionInputError) as err:
+        decide(small, lease_document(10), QUESTIONS[:1])
+    assert err.value.field == "document"
+    assert "64" in err.value.message and "tokens" in err.value.message
