@@ -69,8 +69,7 @@ class ModelPlayer:
         document = position_document(board)
         question = move_question(board)
         with self._lock:
-            decision = self.model.decide(document, [question], mode="joint",
-                                         threshold=self.threshold)
+            decision = _decide(self.model, document, question, self.threshold)
         answer = decision.answers[0]
         move = Move.from_iccs(str(answer.value))
         if move not in legal:  # constrained decoding makes this impossible; check anyway
@@ -80,6 +79,15 @@ class ModelPlayer:
 
     def choose(self, board: Board) -> Move:
         return self.choose_with_info(board).move
+
+
+def _decide(model: Any, document: str, question: Any, threshold: float) -> Any:
+    """``model.decide`` (interfaces.md); a bare DecisionModel goes through the joint engine."""
+    if hasattr(model, "decide"):
+        return model.decide(document, [question], mode="joint", threshold=threshold)
+    from decision.joint.engine import decide
+
+    return decide(model, document, [question], mode="joint", threshold=threshold)
 
 
 def choose_move(player: Player, board: Board) -> MoveChoice:
