@@ -152,3 +152,17 @@ def test_bad_inputs_raise_decision_input_errors(model: torch.nn.Module) -> None:
         model.denoise(_ids(3, 4), cache)
     with pytest.raises(DecisionInputError, match="cache"):
         model.denoise(_ids(2, 4), "not a cache")
+
+
+@torch.inference_mode()
+def test_bf16_model_keeps_fp32_state_and_close_logits() -> None:
+    ref_model = tiny_model(seed=1, random_block=True)
+    history, block = _ids(2, 40, seed=21), _ids(2, 8, seed=22)
+    ref = ref_model.denoise(block, ref_model.prefill(history))
+    bf16 = ref_model.to(torch.bfloat16)
+    cache = bf16.prefill(history)
+    assert all(layer.state.dtype == torch.float32 for layer in cache.layers
+               if isinstance(layer, GDNCache))
+    got = bf16.denoise(block, cache)
+    assert got.dtype == torch.bfloat16
+    assert float((got.float() - ref).norm() / ref.norm()) < 0.03
