@@ -1,0 +1,136 @@
+"""The decision model as the Xiangqi player: a random-weight tiny DecisionModel chooses moves.
+
+Its weights are random, so its moves are arbitrary; what is tested is the plumbing and the
+guarantee: it reads the rendered position, answers a ``choice`` among the legal moves, and so
+always plays a legal move, alone, through the game API, and inside ``decision serve``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from apps.xiangqi import Board
+from apps.xiangqi.api import create_app
+from apps.xiangqi.model_player import ModelPlayer, player_from_setting
+from apps.xiangqi.players import GreedyPlayer, RandomPlayer
+from apps.xiangqi.render import sorted_legal_iccs
+
+GAMES = "/api/xiangqi/games"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Tiny matrices on a shared 2-core machine: more threads only add contention."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from decision.serve.testing import tiny_checkpoint
+
+    return tiny_checkpoint(tmp_path_factory.mktemp("xiangqi-model") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint: Path) -> Any:
+    from decision import load_model
+
+    return load_model(str(checkpoint))
+
+
+class SpyModel:
+    """Passes ``decide`` through to the real model and keeps what it was asked."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.asked: list[tuple[str, list[dict[str, Any]]]] = []
+
+    def decide(self, document: str, questions: list[dict[str, Any]], **kw: Any) -> Any:
+        from decision.joint.engine import decide
+
+        self.asked.append((document, questions))
+        return decide(self.model, document, questions, **kw)
+
+
+def test_model_reads_the_position_and_answers_a_legal_move(model: Any) -> None:
+    spy = SpyModel(model)
+    player = ModelPlayer(spy)
+    board = Board()
+    board.push_iccs("h2e2")
+    choice = player.choose_with_info(board)
+    assert choice.move in board.legal_moves
+    assert choice.confidence is not None and 0.0 < choice.confidence <= 1.0
+    document, questions = spy.asked[-1]
+    assert "Side to move: black" in document and "Last move: h2e2" in document
+    assert questions[0]["answer"] == {"type": "choice", "options": sorted_legal_iccs(board)}
+
+
+def test_single_legal_move_needs_no_model(model: Any) -> None:
+    spy = SpyModel(model)
+    board = Board("4k4/9/9/9/9/9/9/1R7/R8/3K5 w - - 0 1")
+    board.push_iccs("a1a8")
+    choice = ModelPlayer(spy).choose_with_info(board)
+    assert choice.move.iccs() == "e9f9" and choice.confidence == 1.0 and spy.asked == []
+
+
+def test_game_api_with_the_model_playing_red(tmp_path: Path, model: Any) -> None:
+    client = TestClient(create_app(tmp_path / "games.sqlite3", ModelPlayer(model, "tiny")))
+    g = client.post(GAMES, json={"model_side": "red"}).json()
+    for _ in range(2):
+        r = client.post(f"{GAMES}/{g['id']}/model-move")
+        assert r.status_code == 200, r.text
+        g = r.json()
+        info = g["model_move"]
+        assert info["source"] == "tiny" and 0.0 < info["confidence"] <= 1.0
+        assert g["moves"][-1] == {**g["moves"][-1], "iccs": info["iccs"], "by": "model"}
+        r = client.post(f"{GAMES}/{g['id']}/moves", json={"move": g["legal_moves"][0]})
+        assert r.status_code == 200, r.text
+    replay = Board()
+    for m in r.json()["moves"]:
+        replay.push_iccs(m["iccs"])  # every stored move, the model's included, is legal
+
+
+def test_inside_decision_serve_the_model_answers_through_the_worker(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from decision.serve.app import create_app as create_service
+    from decision.serve.settings import ServeSettings
+    from decision.serve.testing import running_server
+
+    monkeypatch.setenv("DECISION_XIANGQI_DB", str(tmp_path / "served.sqlite3"))
+    monkeypatch.setenv("DECISION_XIANGQI_MODEL", "default")
+    app = create_service(ServeSettings(model_path=str(checkpoint)))
+    with running_server(app) as base, httpx.Client(base_url=base, timeout=60) as http:
+        assert http.get("/xiangqi/").status_code == 200
+        g = http.post(GAMES, json={"model_side": "black"}).json()
+        http.post(f"{GAMES}/{g['id']}/moves", json={"move": "h2e2"})
+        r = http.post(f"{GAMES}/{g['id']}/model-move")
+        assert r.status_code == 200, r.text
+        state = r.json()
+        assert state["model_move"]["source"].startswith("default-model")
+        assert state["moves"][1]["by"] == "model" and state["turn"] == "red"
+        metrics = http.get("/metrics").text
+    # The move went through the service's worker: one batch was decided.
+    batches = [line for line in metrics.splitlines()
+               if line.startswith("decision_batch_size_count")]
+    assert batches and float(batches[0].split()[-1]) >= 1, metrics
+    assert (tmp_path / "served.sqlite3").exists()
+
+
+def test_player_settings() -> None:
+    assert isinstance(player_from_setting("random"), RandomPlayer)
+    assert isinstance(player_from_setting("greedy"), GreedyPlayer)
+    from decision.errors import CheckpointError
+
+    with pytest.raises(CheckpointError):
+        player_from_setting("/nonexistent/checkpoint")
