@@ -286,5 +286,28 @@ class DecisionModel(nn.Module):
         cache = self.prefill(history_ids, history_mask, history_segments)
         return self.denoise(block_ids, cache, block_mask, block_segments)
 
+    # ------------------------------------------------------------------ decoding (decision.joint)
+    def decide(
+        self,
+        document: Any,
+        questions: Any,
+        mode: str = "joint",
+        threshold: float = 0.9,
+        max_steps: int | None = None,
+        return_probabilities: bool = False,
+        **engine_options: Any,
+    ) -> Any:
+        """Answer ``questions`` about ``document`` (``decision.joint.engine.decide``)."""
+        from decision.joint.engine import decide
+
+        return decide(self, document, questions, mode, threshold, max_steps,
+                      return_probabilities, **engine_options)
+
+    def decide_many(self, requests: Any, **engine_options: Any) -> list[Any]:
+        """Answer several requests in one batch: ``decision.joint.engine.decide_many``."""
+        from decision.joint.engine import decide_many
+
+        return decide_many(self, requests, **engine_options)
+
 
 __all__ = ["AttentionCache", "DecisionModel", "GDNCache", "HistoryCache"]

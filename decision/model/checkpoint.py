@@ -325,7 +325,7 @@ def load_model(
         target = _resolve_dtype(dtype, tensors.float_dtype())
         model = DecisionModel(config)
         sources = _sources(tensors, config)
-        missing_block = _fill(model, sources, directory)
+        missing_block = _fill(model, sources, directory, set(tensors.where.values()))
     model.to(device=device, dtype=target)
     model.eval()
     model.missing_block_params = missing_block
@@ -339,7 +339,8 @@ def load_model(
 
 
 def _fill(
-    model: DecisionModel, sources: dict[str, tuple[Getter, str]], directory: Path
+    model: DecisionModel, sources: dict[str, tuple[Getter, str]], directory: Path,
+    files_read: set[Path],
 ) -> list[str]:
     """Copy every parameter from ``sources``; returns the block params that were absent."""
     tied = model.config.tie_word_embeddings
@@ -353,7 +354,8 @@ def _fill(
             if _is_block_param(name):
                 missing_block.append(name)
                 continue
-            raise CheckpointError(f"{directory}: missing tensor {name!r} in the safetensors files")
+            files = ", ".join(sorted({p.name for p in files_read}))
+            raise CheckpointError(f"{directory}: missing tensor {name!r} (not in {files})")
         getter, where = sources[name]
         tensor = getter()
         if tuple(tensor.shape) != tuple(param.shape):

@@ -71,7 +71,7 @@ class Experts(nn.Module):
             tok = token_of[sel]
             gate, up = F.linear(x[tok], self.gate_up_proj[e]).chunk(2, dim=-1)
             y = F.linear(F.silu(gate) * up, self.down_proj[e]) * w_flat[sel, None]
-            out = out.index_add(0, tok, y.to(out.dtype))
+            out.index_add_(0, tok, y.to(out.dtype))
         return out
 
 
