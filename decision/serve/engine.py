@@ -61,6 +61,17 @@ class ModelEngine:
         from decision.joint import engine as decoder
         from decision.joint.result import DecisionRequest
 
+        for i, question in enumerate(body.questions):
+            try:
+                question.answer.regex()
+            except DecisionInputError as exc:
+                # json_regex names its field relative to the answer ("answer.schema"): anchor it
+                # to the question, so the client learns which question is at fault.
+                field = exc.field or "answer"
+                if not field.startswith("questions."):
+                    field = f"questions.{i}.{field}"
+                raise DecisionInputError(exc.message, field) from None
+
         request = DecisionRequest(
             document=body.document,
             questions=list(body.questions),

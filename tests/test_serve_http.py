@@ -1,0 +1,305 @@
+"""End to end over HTTP: a real uvicorn server on a free loopback port, a tiny random model loaded
+by the app's lifespan, requests through httpx."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from decision.serve import ServeSettings, create_app
+from decision.serve.engine import ModelEngine
+from decision.serve.testing import running_server, tiny_checkpoint
+
+MAX_BODY = 200_000
+CHOICE = {"type": "choice", "options": ["yes", "no", "not stated"]}
+
+
+def _q(qid: str, answer: dict[str, Any], text: str = "Is it so?") -> dict[str, Any]:
+    return {"id": qid, "text": text, "answer": answer}
+
+
+def _body(document: str = "The tenant gave 20 days of notice; the lease requires 30 days.",
+          mode: str = "joint", **options: Any) -> dict[str, Any]:
+    return {
+        "document": document,
+        "questions": [
+            _q("timely", {"type": "boolean"}, "Was notice timely?"),
+            _q("days", {"type": "integer", "minimum": 0, "maximum": 90}, "Days of notice?"),
+            _q("deposit", CHOICE, "May the deposit be retained?"),
+        ],
+        "mode": mode,
+        "options": options,
+    }
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_checkpoint(tmp_path_factory.mktemp("serve") / "tiny-model")
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint: Path) -> Iterator[str]:
+    settings = ServeSettings(
+        model_path=str(checkpoint), max_batch_size=32, max_wait_ms=50, queue_size=128,
+        request_timeout_s=300, max_body_bytes=MAX_BODY, include_apps=False,
+    )
+    with running_server(create_app(settings)) as url:
+        yield url
+
+
+def _metric(text: str, name: str, labels: str = "") -> float:
+    pattern = re.escape(name + (("{" + labels + "}") if labels else "")) + r" (\S+)"
+    match = re.search("^" + pattern + "$", text, flags=re.MULTILINE)
+    assert match, f"{name}{{{labels}}} not in /metrics"
+    return float(match.group(1))
+
+
+def test_health_models_docs(server: str) -> None:
+    health = httpx.get(f"{server}/health").json()
+    assert health == {"status": "ok", "model_loaded": True, "model": "tiny-model",
+                      "queue_depth": 0}
+    models = httpx.get(f"{server}/models").json()["models"]
+    assert models[0]["name"] == "tiny-model" and models[0]["max_questions"] == 8
+    assert models[0]["parameters"] > 0 and models[0]["max_document_tokens"] == 4096
+    assert httpx.get(f"{server}/docs").status_code == 200
+    spec = httpx.get(f"{server}/openapi.json").json()
+    assert {"/decide", "/health", "/metrics", "/models"} <= set(spec["paths"])
+    assert "422" in spec["paths"]["/decide"]["post"]["responses"]
+
+
+@pytest.mark.parametrize("mode", ["joint", "standalone", "auto"])
+def test_a_decision_in_each_mode(server: str, mode: str) -> None:
+    response = httpx.post(f"{server}/decide", json=_body(mode=mode, return_probabilities=True),
+                          timeout=120)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["model"] == "tiny-model"
+    assert data["mode"] == ("standalone" if mode == "standalone" else "joint")
+    by_id = {a["id"]: a for a in data["answers"]}
+    assert list(by_id) == ["timely", "days", "deposit"]
+    assert isinstance(by_id["timely"]["value"], bool)
+    assert isinstance(by_id["days"]["value"], int) and 0 <= by_id["days"]["value"] <= 90
+    assert by_id["deposit"]["value"] in CHOICE["options"]
+    probs = by_id["deposit"]["option_probabilities"]
+    assert set(probs) == set(CHOICE["options"]) and abs(sum(probs.values()) - 1) < 1e-4
+    assert by_id["days"]["option_probabilities"] is None
+    assert all(0.0 <= a["confidence"] <= 1.0 for a in data["answers"])
+    assert data["steps"] >= 1 and data["tokens_per_forward"] > 0
+    assert {"prefill", "denoise", "total", "total_ms"} <= set(data["timings"])
+
+
+def _answers(data: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    return [(a["id"], a["value"], a["text"]) for a in data["answers"]]
+
+
+def test_32_concurrent_clients_batched_and_each_answered_as_alone(
+    server: str, checkpoint: Path
+) -> None:
+    documents = [
+        "The tenant gave 20 days of notice; the lease requires 30 days.",
+        "Rent of 900 euros is due on day 1, with a grace period of 5 days. Paid on day 9.",
+        "The agreement renews automatically for 12 months unless either party objects.",
+        "A late fee of 40 euros applies after 3 days; the landlord may retain the deposit.",
+    ]
+    bodies = [_body(doc, mode) for doc in documents for mode in ("joint", "standalone")]
+    # The same requests answered alone, directly by the model (deterministic decoding).
+    engine = ModelEngine.load(str(checkpoint))
+    from decision.serve.api import DecideBody
+
+    alone = []
+    for body in bodies:
+        decision = engine.decide_many([engine.prepare(DecideBody.model_validate(body))])[0]
+        alone.append([(a.id, a.value, a.text) for a in decision.answers])
+
+    before = httpx.get(f"{server}/metrics").text
+    batches_before = _metric(before, "decision_batch_size_count")
+
+    def client(i: int) -> tuple[int, int, dict[str, Any]]:
+        with httpx.Client(timeout=300) as http:
+            response = http.post(f"{server}/decide", json=bodies[i % len(bodies)])
+            return i, response.status_code, response.json()
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        results = list(pool.map(client, range(32)))
+    for i, status, data in results:
+        assert status == 200, data
+        assert _answers(data) == alone[i % len(bodies)], f"client {i} differs from alone"
+
+    text = httpx.get(f"{server}/metrics").text
+    batches = _metric(text, "decision_batch_size_count") - batches_before
+    requests_in_batches = _metric(text, "decision_batch_size_sum") - _metric(
+        before, "decision_batch_size_sum")
+    singles = _metric(text, "decision_batch_size_bucket", 'le="1"') - _metric(
+        before, "decision_batch_size_bucket", 'le="1"')
+    assert requests_in_batches == 32
+    assert batches < 32 and singles < batches, "no batch of more than one request was observed"
+    assert _metric(text, "decision_requests_total", 'outcome="ok"') >= 32
+    assert _metric(text, "decision_queue_depth") == 0
+    assert _metric(text, "decision_model_loaded") == 1
+    assert "decision_tokens_per_forward_bucket" in text and "decision_decode_steps_count" in text
+
+
+def _nine_questions() -> dict[str, Any]:
+    body = _body()
+    body["questions"] = [_q(f"q{i}", {"type": "boolean"}) for i in range(9)]
+    return body
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    body = _body()
+    body.update(changes)
+    return body
+
+
+def _question(answer: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return _with(questions=[{**_q("a", answer), **extra}])
+
+
+# (name, raw body or JSON object, expected status, error type, expected field or None)
+BAD_REQUESTS: list[tuple[str, Any, int, str, str | None]] = [
+    ("malformed JSON", b'{"document": "x", "questions": [', 400, "malformed_json", None),
+    ("not an object", [1, 2, 3], 422, "validation_error", None),
+    ("missing document", {"questions": _body()["questions"]}, 422, "validation_error",
+     "document"),
+    ("missing questions", {"document": "x"}, 422, "validation_error", "questions"),
+    ("document not a string", _with(document=42), 422, "validation_error", "document"),
+    ("empty document", _with(document="   "), 422, "validation_error", "document"),
+    ("no questions", _with(questions=[]), 422, "validation_error", "questions"),
+    ("question without answer", _with(questions=[{"id": "a", "text": "Q?"}]), 422,
+     "validation_error", "questions.0.answer"),
+    ("unknown answer type", _question({"type": "colour"}), 422, "validation_error",
+     "questions.0.answer"),
+    ("9 questions in joint mode", _nine_questions(), 422, "validation_error", "questions"),
+    ("document longer than the model accepts", _with(document="7 " * 5000), 422,
+     "validation_error", "document"),
+    ("body over the size limit", _with(document="x" * (MAX_BODY + 10)), 413,
+     "payload_too_large", None),
+    ("invalid regex", _question({"type": "pattern", "regex": "[a-"}), 422, "validation_error",
+     "questions.0"),
+    ("empty options", _question({"type": "choice", "options": []}), 422, "validation_error",
+     "questions.0.answer.choice.options"),
+    ("duplicate options", _question({"type": "choice", "options": ["a", "a"]}), 422,
+     "validation_error", "questions.0.answer.choice.options"),
+    ("duplicate question ids", _with(questions=[_q("a", {"type": "boolean"})] * 2), 422,
+     "validation_error", "questions.1.id"),
+    ("bad mode", _with(mode="both"), 422, "validation_error", "mode"),
+    ("threshold zero", _with(options={"threshold": 0}), 422, "validation_error",
+     "options.threshold"),
+    ("threshold above one", _with(options={"threshold": 1.5}), 422, "validation_error",
+     "options.threshold"),
+    ("max_steps zero", _with(options={"max_steps": 0}), 422, "validation_error",
+     "options.max_steps"),
+    ("options not an object", _with(options="fast"), 422, "validation_error", "options"),
+    ("unknown option", _with(options={"temperature": 0.7}), 422, "validation_error",
+     "options.temperature"),
+    ("integer minimum above maximum", _question({"type": "integer", "minimum": 5, "maximum": 1}),
+     422, "validation_error", "questions.0.answer.integer"),
+    ("unsupported JSON schema",
+     _question({"type": "json", "schema": {"type": "object", "patternProperties": {}}}), 422,
+     "validation_error", "questions.0"),
+    ("empty question text", _with(questions=[{"id": "a", "text": "", "answer": CHOICE}]), 422,
+     "validation_error", "questions.0.text"),
+    ("question id not a string", _with(questions=[{"id": 7, "text": "Q", "answer": CHOICE}]),
+     422, "validation_error", "questions.0.id"),
+    ("unknown top-level field", _with(priority="high"), 422, "validation_error", "priority"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "payload", "status", "kind", "field"), BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS]
+)
+def test_bad_request_answered_with_status_and_message(
+    server: str, name: str, payload: Any, status: int, kind: str, field: str | None
+) -> None:
+    content = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    response = httpx.post(f"{server}/decide", content=content,
+                          headers={"content-type": "application/json"}, timeout=60)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["type"] == kind
+    assert isinstance(error["message"], str) and len(error["message"]) > 5
+    if field is not None:
+        assert error["field"] is not None and error["field"].startswith(field), error
+
+
+def test_other_errors_are_json_and_the_server_stays_healthy(server: str) -> None:
+    assert len(BAD_REQUESTS) >= 20
+    not_found = httpx.get(f"{server}/nowhere")
+    assert not_found.status_code == 404 and not_found.json()["error"]["type"] == "not_found"
+    wrong_method = httpx.get(f"{server}/decide")
+    assert wrong_method.status_code == 405
+    assert wrong_method.json()["error"]["type"] == "method_not_allowed"
+    # a chunked body (no content-length) over the limit is cut off while it streams
+    chunks = (b"x" * 50_000 for _ in range(10))
+    chunked = httpx.post(f"{server}/decide", content=chunks,
+                         headers={"content-type": "application/json"})
+    assert chunked.status_code == 413 and chunked.json()["error"]["type"] == "payload_too_large"
+    assert httpx.get(f"{server}/health").json()["status"] == "ok"
+    good = httpx.post(f"{server}/decide", json=_body(), timeout=120)
+    assert good.status_code == 200
+    text = httpx.get(f"{server}/metrics").text
+    assert _metric(text, "decision_requests_total", 'outcome="invalid"') >= 1
+    assert 'decision_requests_total{outcome="error"}' not in text  # never a 500
+
+
+class _SlowEngine:
+    """The real engine, slowed down: lets a test fill the queue and outlive the timeout."""
+
+    def __init__(self, engine: ModelEngine, delay_s: float) -> None:
+        self.inner, self.delay_s, self.name = engine, delay_s, engine.name
+
+    def prepare(self, body: Any) -> Any:
+        return self.inner.prepare(body)
+
+    def decide_many(self, prepared: Sequence[Any]) -> list[Any]:
+        time.sleep(self.delay_s)
+        return self.inner.decide_many(prepared)
+
+    def info(self) -> Any:
+        return self.inner.info()
+
+
+def test_full_queue_429_and_timeout_504(checkpoint: Path) -> None:
+    settings = ServeSettings(max_batch_size=1, max_wait_ms=0, queue_size=1,
+                             request_timeout_s=0.5, include_apps=False)
+    engine = _SlowEngine(ModelEngine.load(str(checkpoint)), delay_s=1.0)
+    with running_server(create_app(settings, engine=engine)) as url:
+
+        def client(_: int) -> httpx.Response:
+            return httpx.post(f"{url}/decide", json=_body(), timeout=30)
+
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            responses = list(pool.map(client, range(6)))
+        statuses = sorted(r.status_code for r in responses)
+        assert set(statuses) <= {429, 504}, statuses
+        assert 429 in statuses and 504 in statuses
+        for r in responses:
+            error = r.json()["error"]
+            assert error["type"] == {429: "overloaded", 504: "timeout"}[r.status_code]
+            assert error["message"]
+        assert next(r for r in responses if r.status_code == 429).headers["retry-after"] == "1"
+        text = httpx.get(f"{url}/metrics").text
+        assert _metric(text, "decision_requests_total", 'outcome="overloaded"') >= 1
+        assert _metric(text, "decision_requests_total", 'outcome="timeout"') >= 1
+        assert httpx.get(f"{url}/health").json()["model_loaded"] is True
+
+
+def test_demo_apps_are_mounted(checkpoint: Path) -> None:
+    from decision.serve.app import APP_MODULES
+
+    app = create_app(ServeSettings(model_path=str(checkpoint)))
+    api_paths = set(app.openapi()["paths"])
+    mounts = {getattr(route, "path", "") for route in app.routes}
+    for name in APP_MODULES:
+        module = __import__(name, fromlist=["router"])
+        assert {route.path for route in module.router.routes} <= api_paths
+        if getattr(module, "static_url", None):
+            assert module.static_url in mounts
