@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from apps.xiangqi import Board, Move
 from apps.xiangqi.api import create_app
+from apps.xiangqi.model_player import ModelPlayer
 
 CHROMIUM = "/usr/bin/chromium"
 OUT = Path(__file__).resolve().parent.parent / "test-output"
@@ -31,15 +31,19 @@ pytestmark = [
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 
-class ReplyPlayer:
-    """A deterministic stand-in for the model: the last legal move in the engine's order."""
+@pytest.fixture(scope="module")
+def model_player(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelPlayer]:
+    """The decision model as the opponent: a random-weight tiny checkpoint (legal, not strong)."""
+    import torch
 
-    def __init__(self) -> None:
-        self.calls = 0
+    from decision import load_model
+    from decision.serve.testing import tiny_checkpoint
 
-    def choose(self, board: Board) -> Move:
-        self.calls += 1
-        return board.legal_moves[-1]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices on a shared machine
+    path = tiny_checkpoint(tmp_path_factory.mktemp("xiangqi-browser") / "tiny")
+    yield ModelPlayer(load_model(str(path)), "tiny-random-model")
+    torch.set_num_threads(before)
 
 
 def _free_port() -> int:
@@ -49,11 +53,10 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, ReplyPlayer]]:
-    player = ReplyPlayer()
+def server(tmp_path: Path, model_player: ModelPlayer) -> Iterator[str]:
     port = _free_port()
-    config = uvicorn.Config(create_app(tmp_path / "games.sqlite3", player), host="127.0.0.1",
-                            port=port, log_level="warning")
+    config = uvicorn.Config(create_app(tmp_path / "games.sqlite3", model_player),
+                            host="127.0.0.1", port=port, log_level="warning")
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
@@ -61,7 +64,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, ReplyPlayer]]:
     while not srv.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", player
+    yield f"http://127.0.0.1:{port}"
     srv.should_exit = True
     thread.join(timeout=10)
 
@@ -101,12 +104,11 @@ def wait_moves(page, count: int) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_play_by_clicking_against_the_model(server, browser) -> None:  # type: ignore[no-untyped-def]
-    base, player = server
     OUT.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 1100, "height": 800})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{base}/xiangqi/")
+    page.goto(f"{server}/xiangqi/")
     page.wait_for_function("state !== null && !busy", timeout=15_000)
     assert page.locator(".piece").count() == 32
     assert page.inner_text("#status").startswith("Red to move")
@@ -124,11 +126,10 @@ def test_play_by_clicking_against_the_model(server, browser) -> None:  # type: i
     click_square(page, "h2")
     click_square(page, "e2")  # C2=5
     wait_moves(page, 2)  # our move, then the model's reply, drawn
-    assert player.calls == 1
     state = page.evaluate("state")
     assert state["moves"][0]["iccs"] == "h2e2" and state["moves"][1]["by"] == "model"
     reply = state["moves"][1]["iccs"]
-    # The reply is marked: dashed square on its origin, highlight on its target.
+    # The reply is marked: dashed square on its origin, ring on its target.
     assert page.locator(".mark-from").count() == 1 and page.locator(".mark-last").count() == 1
     assert page.locator(f'.piece[data-square="{reply[2:]}"]').count() == 1
     assert page.locator(f'.piece[data-square="{reply[:2]}"]').count() == 0
@@ -136,12 +137,15 @@ def test_play_by_clicking_against_the_model(server, browser) -> None:  # type: i
     assert page.locator("#moves .move.model").count() == 1
     assert "C2=5" in page.inner_text("#moves")
 
-    # Two more moves by clicking.
-    for move, n in (("h0g2", 4), ("b0c2", 6)):
+    # Two more moves by clicking (the model's replies are its own, so pick what is legal).
+    for n in (4, 6):
+        legal = page.evaluate("state.legal_moves")
+        move = next((m for m in ("h0g2", "b0c2", "i0i1", "a0a1") if m in legal), legal[0])
         click_square(page, move[:2])
         click_square(page, move[2:])
         wait_moves(page, n)
-    assert player.calls == 3
+    moves = page.evaluate("state.moves")
+    assert [m["by"] for m in moves] == ["human", "model"] * 3
     page.screenshot(path=str(OUT / "xiangqi-desktop.png"))
 
     # Undo takes back the model's reply and our move.
@@ -161,11 +165,11 @@ def test_play_by_clicking_against_the_model(server, browser) -> None:  # type: i
 
 
 def test_check_and_result_are_shown_at_phone_width(server, browser) -> None:  # type: ignore[no-untyped-def]
-    base, _ = server
+    base = server
     OUT.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 375, "height": 740}, device_scale_factor=2)
     page.goto(f"{base}/xiangqi/")
-    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    page.wait_for_function("state !== null && !busy", timeout=30_000)
     # A new two-player game from a mate-in-two position, through the page's own form.
     page.select_option("#model-side", "none")
     page.click(".fen-box summary")
