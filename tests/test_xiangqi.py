@@ -290,6 +290,21 @@ def test_fen_round_trip(fen: str) -> None:
     assert Board(fen).fen() == fen
 
 
+def test_fen_round_trip_along_random_games() -> None:
+    rng = random.Random(11)
+    for _ in range(3):
+        board = Board()
+        for _ in range(80):
+            moves = board.legal_moves
+            if not moves:
+                break
+            board.push(rng.choice(moves))
+            again = Board(board.fen())
+            assert again.fen() == board.fen()
+            assert again.legal_moves == board.legal_moves
+            assert again.is_check() == board.is_check()
+
+
 def test_fen_reads_aliases_and_short_forms() -> None:
     alias = "rheakaehr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RHEAKAEHR w - - 0 1"
     assert Board(alias).fen() == STARTING_FEN

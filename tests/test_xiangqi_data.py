@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -26,14 +27,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _check_games(games: list[dict]) -> tuple[int, int]:
-    n_moves = 0
+def _check_games(games: Iterable[dict]) -> tuple[int, int]:
+    n_games = n_moves = 0
     for game in games:
+        n_games += 1
         board = replay(game)  # raises IllegalMove naming the game's position on any bad move
         n_moves += len(board.move_stack)
         assert [m.iccs() for m in board.move_stack] == game["moves"]
         board.outcome()  # game-state detection must run on every final position
-    return len(games), n_moves
+    return n_games, n_moves
 
 
 def test_sample_of_recorded_games_replays_legally() -> None:
@@ -77,8 +79,7 @@ def test_pop_replays_backwards_to_the_start() -> None:
 def test_all_recorded_games_replay_legally() -> None:
     totals = {}
     for path in (TRAIN, VALID):
-        games = list(iter_games(path))
-        totals[path.name] = _check_games(games)
+        totals[path.name] = _check_games(iter_games(path))
     assert totals["train-games.jsonl.gz"] == (27_112, 2_209_472)
     assert totals["valid-games.jsonl.gz"] == (1_455, 125_447)
 
