@@ -402,6 +402,30 @@ def test_wxf_tandem_soldiers() -> None:
     assert board.wxf(Move.from_iccs("c5d5")) == "7-=6"
 
 
+def test_wxf_is_unique_and_parses_back_along_random_games() -> None:
+    rng = random.Random(3)
+    for _ in range(3):
+        board = Board()
+        for _ in range(100):
+            moves = board.legal_moves
+            if not moves:
+                break
+            texts = [board.wxf(m) for m in moves]
+            assert len(set(texts)) == len(texts), board.fen()
+            for m, t in rng.sample(list(zip(moves, texts, strict=True)), min(2, len(moves))):
+                assert board.parse_wxf(t) == m
+            board.push(rng.choice(moves))
+
+
+def test_parse_wxf_aliases_and_errors() -> None:
+    board = Board()
+    assert board.parse_wxf("C2.5") == Move.from_iccs("h2e2")
+    assert board.parse_wxf("n2+3") == Move.from_iccs("h0g2")
+    assert board.parse_wxf("B3+5") == Move.from_iccs("g0e2")
+    with pytest.raises(IllegalMove, match="not a legal WXF move"):
+        board.parse_wxf("C2+9")
+
+
 def test_wxf_rejects_illegal_move() -> None:
     with pytest.raises(IllegalMove):
         Board().wxf(Move.from_iccs("h2h8"))

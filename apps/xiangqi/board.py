@@ -346,6 +346,12 @@ class Board:
 
         return wxf(self, move)
 
+    def parse_wxf(self, text: str) -> Move:
+        """The legal move written ``text`` in WXF (``C2=5``, ``C2.5``); raises IllegalMove."""
+        from apps.xiangqi.wxf import parse_wxf
+
+        return parse_wxf(self, text)
+
     def zobrist_hash(self) -> int:
         """64-bit hash of placement and side to move (equal positions hash equally)."""
         return self._hashes[-1]

@@ -7,13 +7,25 @@ destination file for sideways moves and for advisors, elephants and horses, else
 ranks moved. Tandem pieces (two of a kind on one file) replace the file digit with ``+`` (front)
 or ``-`` (rear); advisors and elephants keep the digit, as WXF does, since their move is never
 ambiguous. Soldiers follow the full WXF tandem-pawn rules (3-5 on a file, two tandem files).
+:func:`parse_wxf` reads the notation back (``.`` or ``=`` for sideways, ``B``/``N`` aliases).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from apps.xiangqi.core import ADVISOR, CANNON, CHARIOT, ELEPHANT, GENERAL, HORSE, SOLDIER, Move
+from apps.xiangqi.core import (
+    ADVISOR,
+    CANNON,
+    CHARIOT,
+    COLOR_NAMES,
+    ELEPHANT,
+    GENERAL,
+    HORSE,
+    SOLDIER,
+    Move,
+)
+from apps.xiangqi.errors import IllegalMove
 
 if TYPE_CHECKING:
     from apps.xiangqi.board import Board
@@ -83,3 +95,22 @@ def _prefix(board: Board, fr: int, code: int, red: bool) -> str:
     if n not in marks:  # more than five soldiers: only in non-strict diagrams; not WXF-defined
         return f"{letter}{fno}"
     return marks[n][idx]
+
+
+_ALIASES = {"B": "E", "N": "H", "G": "K"}
+
+
+def parse_wxf(board: Board, text: str) -> Move:
+    """The legal move whose WXF text is ``text``; raises IllegalMove if none matches.
+
+    Matching is against the WXF of every legal move, so whatever :func:`wxf` writes reads back.
+    """
+    norm = text.strip().upper().replace(".", "=") if isinstance(text, str) else ""
+    if norm[:1] in _ALIASES:
+        norm = _ALIASES[norm[0]] + norm[1:]
+    legal = board.legal_moves
+    for move in legal:
+        if wxf(board, move) == norm:
+            return move
+    side = COLOR_NAMES[board.turn]
+    raise IllegalMove(f"{text!r} is not a legal WXF move for {side} in {board.fen()}", None, legal)
