@@ -195,6 +195,11 @@ def test_stale_version_is_refused(client: TestClient) -> None:
     assert move(client, g["id"], "h2e2", version=g["version"]).status_code == 200
     r = move(client, g["id"], "h9g7", version=g["version"])  # based on the old position
     assert r.status_code == 409 and r.json()["error"]["field"] == "version"
+    for action in ("model-move", "undo"):
+        r = client.post(f"{GAMES}/{g['id']}/{action}", json={"version": g["version"]})
+        assert r.status_code == 409 and r.json()["error"]["type"] == "conflict", action
+    r = client.post(f"{GAMES}/{g['id']}/model-move", json={"version": g["version"] + 1})
+    assert r.status_code == 200 and r.json()["version"] == g["version"] + 2
 
 
 def test_restart_mid_game_loses_nothing(db: Path) -> None:

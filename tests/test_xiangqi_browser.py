@@ -99,7 +99,7 @@ def click_square(page, square: str) -> None:  # type: ignore[no-untyped-def]
 
 def wait_moves(page, count: int) -> None:  # type: ignore[no-untyped-def]
     page.wait_for_function(
-        "(n) => state && state.moves.length === n && !busy", arg=count, timeout=15_000
+        "(n) => state && state.moves.length === n && !busy", arg=count, timeout=30_000
     )
 
 
