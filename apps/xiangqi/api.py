@@ -31,7 +31,7 @@ from apps.xiangqi.core import COLOR_NAMES, Move
 from apps.xiangqi.errors import IllegalMove
 from apps.xiangqi.model_player import Player, choose_move, player_from_setting
 from apps.xiangqi.store import GameNotFound, GameRecord, GameStore, PlayedMove, StaleGameError
-from decision.errors import CheckpointError, DecisionInputError
+from decision.errors import DecisionError, DecisionInputError
 
 # The service mounts ``static_dir`` at ``static_url`` (decision.serve.app): the web board.
 static_dir = Path(__file__).resolve().parent / "static"
@@ -132,7 +132,7 @@ class GameService:
                 assert self._player_factory is not None
                 try:
                     self._player = self._player_factory()
-                except CheckpointError as e:  # not cached: a later request tries again
+                except DecisionError as e:  # not cached: a later request tries again
                     raise GameApiError(
                         503, "unavailable", f"the model could not be loaded: {e}", "model"
                     ) from None
