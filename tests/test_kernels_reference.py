@@ -6,6 +6,7 @@ captured stdout of a failing test).
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -27,8 +28,8 @@ TOL64 = dict(rtol=1e-9, atol=1e-9)
 
 @pytest.fixture
 def seed() -> int:
-    s = random.randrange(2**31)
-    print(f"seed={s}")
+    s = int(os.environ.get("KERNEL_TEST_SEED", random.randrange(2**31)))
+    print(f"seed={s} (replay: KERNEL_TEST_SEED={s})")
     return s
 
 

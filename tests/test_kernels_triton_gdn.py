@@ -9,6 +9,7 @@ shows up as NaN. Sizes are kept small because the interpreter runs each program 
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -38,8 +39,8 @@ FLOOR = 1e-3
 
 @pytest.fixture
 def seed() -> int:
-    s = random.randrange(2**31)
-    print(f"seed={s}")
+    s = int(os.environ.get("KERNEL_TEST_SEED", random.randrange(2**31)))
+    print(f"seed={s} (replay: KERNEL_TEST_SEED={s})")
     return s
 
 
