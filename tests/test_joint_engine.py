@@ -7,36 +7,18 @@ import torch
 
 from decision.errors import DecisionInputError
 from decision.joint.engine import EngineConfig, decide, decide_many
-from decision.joint.toy import lease_document, lease_sentences
-from decision.model import DecisionConfig, DecisionModel
-from decision.model.testing import randomize_block_params
+from decision.joint.toy import lease_document, toy_model
 from decision.schemas.models import Question
-from decision.tokenizer import special_ids, train_tokenizer
 
 DOC = lease_document(2, seed=3)
 
 
-def tiny_decision_model(seed: int = 0, max_positions: int = 512) -> DecisionModel:
-    """A 2-layer (GDN + attention) random model with the test tokenizer attached."""
-    tok = train_tokenizer(lease_sentences(300), vocab_size=400)
-    sp = special_ids(tok)
-    config = DecisionConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
-        layer_types=["linear_attention", "full_attention"], num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, linear_num_key_heads=1, linear_num_value_heads=2,
-        linear_key_head_dim=16, linear_value_head_dim=16, intermediate_size=64,
-        mask_token_id=sp.mask, pad_token_id=sp.pad, eos_token_id=sp.eos,
-        max_position_embeddings=max_positions,
-    )
-    torch.manual_seed(seed)
-    model = DecisionModel(config, tok).eval()
-    randomize_block_params(model, torch.Generator().manual_seed(seed + 1))
-    return model
-
-
 @pytest.fixture(scope="module")
-def model() -> DecisionModel:
-    return tiny_decision_model()
+def model():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # many tiny ops: threads only add overhead on a shared CPU
+    yield toy_model()
+    torch.set_num_threads(threads)
 
 
 QUESTIONS = [
@@ -196,7 +178,7 @@ def test_bad_input(model, kwargs, field) -> None:
 
 
 def test_document_too_long() -> None:
-    small = tiny_decision_model(max_positions=64)
+    small = toy_model(max_positions=64)
     with pytest.raises(DecisionInputError) as err:
         decide(small, lease_document(10), QUESTIONS[:1])
     assert err.value.field == "document"

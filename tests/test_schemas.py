@@ -153,3 +153,9 @@ def test_full_match_semantics_not_leftmost_first(ctx) -> None:
     for automaton, text in ((choice, "none"), (choice, "no"), (pattern, "ab"), (pattern, "a")):
         ids = [ctx.by_bytes[bytes([b])][0] for b in text.encode()]
         assert _accepts(automaton, ids + [eos] * 4), text
+
+
+def test_budget_too_small_fails_fast(ctx) -> None:
+    with pytest.raises(SchemaError) as err:
+        compile_answer(PatternAnswer(regex="[0-9]{6}", max_tokens=3), ctx, "q")
+    assert err.value.field == "q.max_tokens" and "6 tokens" in err.value.message

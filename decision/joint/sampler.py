@@ -54,14 +54,19 @@ class BlockState:
         real = self.positions >= 0
         return real & self.masked.reshape(-1)[self.positions.clamp(min=0)]
 
-    def active(self) -> tuple[torch.Tensor, PackedAutomata, torch.Tensor]:
+    def active(self) -> tuple[torch.Tensor, PackedAutomata | None, torch.Tensor]:
         """Slots with masked tokens: their indices, packed automata and ``[Ka, La]`` positions.
 
-        Finished slots drop out of the dynamic programmes; the packing is rebuilt only when the
-        set of active slots changes.
+        Finished slots (and slots of rows not ``selectable``) drop out of the dynamic programmes;
+        the packing is rebuilt only when the set of active slots changes.
         """
-        index = self.slot_masked().any(-1).nonzero().flatten()
+        live = self.slot_masked().any(-1)
+        if self.selectable is not None:  # only the slots of rows this policy decides
+            live &= self.selectable[self.positions[:, 0] // self.ids.shape[1]]
+        index = live.nonzero().flatten()
         key = tuple(index.tolist())
+        if not key:
+            return index, None, self.positions[:0]  # type: ignore[return-value]
         if self._pack is None or key != self._pack_key:
             positions = self.positions[index]
             width = int((positions >= 0).sum(-1).max()) if len(key) else 0
@@ -129,7 +134,7 @@ class ConstrainedThresholdSampler:
         start = time.perf_counter()
         index, packed, positions = state.active()
         b, length = state.ids.shape
-        if not len(index):
+        if packed is None:
             return StepReport(torch.zeros(b, dtype=torch.long), time.perf_counter() - start)
         logp = state.slot_logp(logits, positions)
         weights = packed.edge_weights(logp)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 _NAMES = ("Alice Moreau", "Bruno Keller", "Chen Wei", "Dana Ortiz", "Emeka Obi", "Farah Haddad")
 _CLAUSES = (
@@ -35,3 +36,39 @@ def lease_sentences(count: int, seed: int = 0) -> list[str]:
 def lease_document(sentences: int, seed: int = 0) -> str:
     """One document of ``sentences`` generated sentences."""
     return " ".join(lease_sentences(sentences, seed))
+
+
+def toy_model(
+    seed: int = 0,
+    max_positions: int = 512,
+    vocab_size: int = 400,
+    hidden_size: int = 32,
+    layers: int = 2,
+) -> Any:
+    """A random-weight model (GDN layers then one attention layer) with a toy tokenizer.
+
+    Block-path parameters are randomised too, so the block path is exercised. For tests and
+    benchmarks only: it knows nothing.
+    """
+    import torch
+
+    from decision.model import DecisionConfig, DecisionModel
+    from decision.model.testing import randomize_block_params
+    from decision.tokenizer import special_ids, train_tokenizer
+
+    tok = train_tokenizer(lease_sentences(300), vocab_size=vocab_size)
+    sp = special_ids(tok)
+    heads = max(hidden_size // 16, 2)
+    config = DecisionConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=hidden_size, num_hidden_layers=layers,
+        layer_types=["linear_attention"] * (layers - 1) + ["full_attention"],
+        num_attention_heads=heads, num_key_value_heads=1, head_dim=16,
+        linear_num_key_heads=max(heads // 2, 1), linear_num_value_heads=heads,
+        linear_key_head_dim=16, linear_value_head_dim=16, intermediate_size=2 * hidden_size,
+        mask_token_id=sp.mask, pad_token_id=sp.pad, eos_token_id=sp.eos,
+        max_position_embeddings=max_positions,
+    )
+    torch.manual_seed(seed)
+    model = DecisionModel(config, tok).eval()
+    randomize_block_params(model, torch.Generator().manual_seed(seed + 1))
+    return model

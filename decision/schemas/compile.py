@@ -227,6 +227,24 @@ def literal_automaton(text: str, ctx: TokenizerContext, budget: int) -> TokenAut
     return TokenAutomaton(n + 2, as_long(src), as_long(tok), as_long(dst), accept, budget)
 
 
+def shortest_answer(automaton: TokenAutomaton) -> int:
+    """Fewest tokens of an accepted answer ([EOS] padding excluded), by breadth-first search."""
+    src, dst = automaton.src.tolist(), automaton.dst.tolist()
+    succ: dict[int, set[int]] = {}
+    for a, b in zip(src, dst, strict=True):
+        succ.setdefault(a, set()).add(b)
+    accept = automaton.accept.tolist()
+    done = automaton.num_states - 1  # reached only through [EOS]
+    frontier, seen, depth = {0}, {0}, 0
+    while frontier:
+        if any(accept[s] and s != done for s in frontier):
+            return depth
+        frontier = {b for s in frontier for b in succ.get(s, ()) if b not in seen and b != done}
+        seen |= frontier
+        depth += 1
+    return 1 << 30
+
+
 def compile_answer(
     answer: _Answer, ctx: TokenizerContext, field_name: str = "answer"
 ) -> TokenAutomaton:
@@ -246,6 +264,13 @@ def compile_answer(
     automaton = compile_regex(
         regex, ctx, budget, field_name, guarded=user_regex or answer.type == "json"
     )
+    shortest = shortest_answer(automaton)
+    if shortest > budget:
+        raise SchemaError(
+            f"the shortest valid answer needs {shortest} tokens but the slot has {budget}; "
+            "raise max_tokens",
+            f"{field_name}.max_tokens",
+        )
     with _lock:
         _automata[key] = automaton
         while len(_automata) > _CACHE_SIZE:
