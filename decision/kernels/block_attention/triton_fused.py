@@ -61,7 +61,7 @@ def _fwd_kernel(
 ):
     i_q = tl.program_id(0)
     i_bh = tl.program_id(1)
-    b = i_bh // HV
+    b = (i_bh // HV).to(tl.int64)
     h = i_bh % HV
     kh = h // (HV // HK)
     rq = i_q * BQ + tl.arange(0, BQ)
@@ -106,7 +106,7 @@ def _bwd_q_kernel(
 ):
     i_q = tl.program_id(0)
     i_bh = tl.program_id(1)
-    b = i_bh // HV
+    b = (i_bh // HV).to(tl.int64)
     h = i_bh % HV
     kh = h // (HV // HK)
     rq = i_q * BQ + tl.arange(0, BQ)
@@ -162,7 +162,7 @@ def _bwd_kv_kernel(
 ):
     i_k = tl.program_id(0)
     i_bh = tl.program_id(1)
-    b = i_bh // HV
+    b = (i_bh // HV).to(tl.int64)
     h = i_bh % HV
     kh = h // (HV // HK)
     rk = i_k * BKV + tl.arange(0, BKV)

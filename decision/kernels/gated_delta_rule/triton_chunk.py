@@ -70,7 +70,7 @@ def _chunk_rows(cu_ptr, idx_ptr, i_c, BT: tl.constexpr):
     i_j = tl.load(idx_ptr + 2 * i_c + 1)
     bos = tl.load(cu_ptr + i_n)
     eos = tl.load(cu_ptr + i_n + 1)
-    start = bos + i_j * BT
+    start = (bos + i_j * BT).to(tl.int64)  # int64: T * H * D can pass 2^31 in long batches
     pos = start + tl.arange(0, BT)
     return pos, pos < eos, start
 
@@ -145,9 +145,9 @@ def _state_fwd_kernel(
     i_nh = tl.program_id(1)
     i_n = i_nh // HV
     i_h = i_nh % HV
-    bos = tl.load(cu_ptr + i_n)
-    eos = tl.load(cu_ptr + i_n + 1)
-    off = tl.load(off_ptr + i_n)
+    bos = tl.load(cu_ptr + i_n).to(tl.int64)  # int64: T * H * D can pass 2^31 in long batches
+    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    off = tl.load(off_ptr + i_n).to(tl.int64)
     ck = tl.arange(0, BK)
     cv = i_v * BV + tl.arange(0, BV)
     smask = (ck[:, None] < DK) & (cv[None, :] < DV)
@@ -192,7 +192,7 @@ def _output_fwd_kernel(
     gc = tl.load(gc_ptr + pos * HV + i_h, mask=valid, other=0.0)
     ck = tl.arange(0, BK)
     cv = i_v * BV + tl.arange(0, BV)
-    s = tl.load(h_ptr + (i_c * HV + i_h) * DK * DV + ck[:, None] * DV + cv[None, :],
+    s = tl.load(h_ptr + (i_c.to(tl.int64) * HV + i_h) * DK * DV + ck[:, None] * DV + cv[None, :],
                 mask=(ck[:, None] < DK) & (cv[None, :] < DV), other=0.0)
     vmask = valid[:, None] & (cv[None, :] < DV)
     vn = tl.load(vn_ptr + (pos[:, None] * HV + i_h) * DV + cv[None, :], mask=vmask, other=0.0)
@@ -214,9 +214,9 @@ def _state_bwd_kernel(
     i_n = i_nh // HV
     i_h = i_nh % HV
     i_kh = i_h // (HV // HK)
-    bos = tl.load(cu_ptr + i_n)
-    eos = tl.load(cu_ptr + i_n + 1)
-    off = tl.load(off_ptr + i_n)
+    bos = tl.load(cu_ptr + i_n).to(tl.int64)
+    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    off = tl.load(off_ptr + i_n).to(tl.int64)
     nc = tl.cdiv(eos - bos, BT)
     ck = tl.arange(0, BK)
     cv = i_v * BV + tl.arange(0, BV)
