@@ -16,7 +16,7 @@ import pytest
 
 from decision.serve import ServeSettings, create_app
 from decision.serve.engine import ModelEngine
-from decision.serve.testing import running_server, tiny_checkpoint
+from decision.serve.testing import running_server, single_torch_thread, tiny_checkpoint
 
 MAX_BODY = 200_000
 CHOICE = {"type": "choice", "options": ["yes", "no", "not stated"]}
@@ -38,6 +38,12 @@ def _body(document: str = "The tenant gave 20 days of notice; the lease requires
         "mode": mode,
         "options": options,
     }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    with single_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,237 @@
+"""``decision score`` on a CSV from the contracts generator, scored by a tiny random model:
+predictions, summary metrics against a direct computation, interruption and resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apps.contracts import csv_format
+from apps.contracts.generate import main as generate_main
+from decision.cli import main as cli_main
+from decision.scoring.output import read_predictions
+from decision.scoring.runner import score_csv
+from decision.serve.engine import ModelEngine
+from decision.serve.testing import single_torch_thread, tiny_checkpoint
+
+GROUPS = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    with single_torch_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_checkpoint(tmp_path_factory.mktemp("scoring") / "tiny-model")
+
+
+@pytest.fixture(scope="module")
+def engine(checkpoint: Path) -> ModelEngine:
+    return ModelEngine.load(str(checkpoint))
+
+
+@pytest.fixture(scope="module")
+def input_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("csv") / "groups.csv"
+    assert generate_main(["--seed-start", "20000000", "--groups", str(GROUPS), "--level", "1",
+                          "--out", str(path)]) == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory, input_csv: Path, checkpoint: Path
+             ) -> Path:
+    """One uninterrupted ``decision score --mode both`` through the CLI."""
+    out = tmp_path_factory.mktemp("full") / "pred.csv"
+    status = cli_main(["score", str(input_csv), "--out", str(out), "--mode", "both",
+                       "--model", str(checkpoint), "--no-progress", "--batch-groups", "2"])
+    assert status == 0
+    return out
+
+
+def test_predictions_cover_every_question_in_both_modes(input_csv: Path, full_run: Path) -> None:
+    groups = csv_format.read_groups(input_csv)
+    rows = read_predictions(full_run)
+    expected = [(g.group_id, q.id, m) for g in groups for m in ("joint", "standalone")
+                for q in g.questions]
+    assert [(r.group_id, r.question_id, r.mode) for r in rows] == expected
+    gold = {(g.group_id, q.id): (q.answer, q.gold) for g in groups for q in g.questions}
+    for row in rows:
+        answer, value = gold[(row.group_id, row.question_id)]
+        assert row.gold is not None
+        assert row.answer_type == answer["type"]
+        # the prediction obeys its schema, and `correct` is the typed comparison with gold
+        predicted = csv_format.parse_gold(
+            {"yes": "true", "no": "false"}.get(row.prediction, row.prediction)
+            if answer["type"] == "boolean" else row.prediction, answer)
+        assert row.correct == (predicted == value)
+        assert 0.0 <= row.confidence <= 1.0 and row.steps >= 1
+
+
+def _direct(rows: Sequence[Any], mode: str) -> tuple[float, float, int]:
+    """Per-question accuracy, share of groups fully correct, questions: computed by hand."""
+    mine = [r for r in rows if r.mode == mode]
+    per_question = sum(r.correct for r in mine) / len(mine)
+    groups: dict[str, list[bool]] = {}
+    for r in mine:
+        groups.setdefault(r.group_id, []).append(bool(r.correct))
+    fully = sum(all(v) for v in groups.values()) / len(groups)
+    return per_question, fully, len(mine)
+
+
+def test_summary_metrics_equal_a_direct_computation(full_run: Path) -> None:
+    summary = json.loads(full_run.with_name("pred.summary.json").read_text())
+    markdown = full_run.with_name("pred.summary.md").read_text()
+    rows = read_predictions(full_run)
+    assert summary["groups_in_input"] == GROUPS and summary["groups_scored"] == GROUPS
+    assert summary["skipped"] == [] and summary["model"] == "tiny-model"
+    assert summary["modes"] == ["joint", "standalone"]
+    for mode in ("joint", "standalone"):
+        per_question, fully, n = _direct(rows, mode)
+        stats = summary["metrics"]["modes"][mode]
+        assert stats["per_question"]["value"] == pytest.approx(per_question)
+        assert stats["per_question"]["n"] == n
+        assert stats["groups_fully_correct"]["value"] == pytest.approx(fully)
+        assert stats["groups_fully_correct"]["n"] == GROUPS
+        low, high = stats["groups_fully_correct"]["low"], stats["groups_fully_correct"]["high"]
+        assert 0.0 <= low <= fully <= high <= 1.0
+    diff = summary["metrics"]["joint_minus_standalone"]["question"]["value"]
+    assert diff == pytest.approx(_direct(rows, "joint")[0] - _direct(rows, "standalone")[0])
+    assert "| joint |" in markdown and "| standalone |" in markdown
+
+
+class _Interrupting:
+    """The real engine, interrupted (KeyboardInterrupt) at its ``calls``-th decide_many."""
+
+    def __init__(self, engine: ModelEngine, calls: int) -> None:
+        self.inner, self.calls, self.name = engine, calls, engine.name
+
+    def prepare(self, body: Any) -> Any:
+        return self.inner.prepare(body)
+
+    def decide_many(self, prepared: Sequence[Any]) -> list[Any]:
+        self.calls -= 1
+        if self.calls == 0:
+            raise KeyboardInterrupt
+        return self.inner.decide_many(prepared)
+
+    def info(self) -> Any:
+        return self.inner.info()
+
+
+def test_interrupted_then_resumed_equals_one_uninterrupted_run(
+    tmp_path: Path, input_csv: Path, engine: ModelEngine, full_run: Path
+) -> None:
+    out = tmp_path / "pred.csv"
+    with pytest.raises(KeyboardInterrupt):
+        score_csv(input_csv, out, _Interrupting(engine, calls=3), mode="both",
+                  batch_groups=1, show_progress=False)
+    done = {r.group_id for r in read_predictions(out)}
+    assert len(done) == 2  # two whole groups were flushed before the interruption
+    # the interruption may also leave a partially written line: resume must discard it
+    with out.open("a", encoding="utf-8") as handle:
+        handle.write("contracts-L1-20000002,q1,joint,boo")
+    result = score_csv(input_csv, out, engine, mode="both", resume=True, batch_groups=2,
+                       show_progress=False)
+    assert result.resumed == 2 and result.scored == GROUPS - 2
+    assert out.read_bytes() == full_run.read_bytes()
+
+
+def test_resume_of_a_complete_file_decides_nothing(
+    tmp_path: Path, input_csv: Path, engine: ModelEngine, full_run: Path
+) -> None:
+    out = tmp_path / "pred.csv"
+    out.write_bytes(full_run.read_bytes())
+
+    class _MustNotDecide(_Interrupting):
+        def decide_many(self, prepared: Sequence[Any]) -> list[Any]:
+            raise AssertionError("a complete file was decided again")
+
+    result = score_csv(input_csv, out, _MustNotDecide(engine, 0), mode="both", resume=True,
+                       show_progress=False)
+    assert result.scored == 0 and result.resumed == GROUPS
+    assert out.read_bytes() == full_run.read_bytes()
+
+
+def test_malformed_rows_skipped_or_strict(tmp_path: Path, input_csv: Path, engine: ModelEngine,
+                                          checkpoint: Path, capsys: pytest.CaptureFixture[str]
+                                          ) -> None:
+    rows = list(csv.reader(input_csv.open(encoding="utf-8", newline="")))
+    first_group = rows[1][0]
+    kept = [rows[0]] + [r for r in rows[1:] if r[0] == first_group]
+    bad = list(kept[1])
+    bad[2], bad[4], bad[5] = "qbad", "choice", "[]"  # empty options
+    broken = kept + [bad]
+    path = tmp_path / "in.csv"
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows(broken[:-1])
+    bad_line = path.read_text(encoding="utf-8").count("\n") + 1  # documents may span lines
+    with path.open("a", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerow(bad)
+    out = tmp_path / "pred.csv"
+    status = cli_main(["score", str(path), "--out", str(out), "--mode", "joint",
+                       "--model", str(checkpoint)])
+    assert status == 0
+    err = capsys.readouterr().err
+    assert f"in.csv:{bad_line}: skipped:" in err and "non-empty JSON list" in err
+    assert "groups" in err  # the progress bar went to stderr
+    summary = json.loads(out.with_name("pred.summary.json").read_text())
+    assert summary["skipped"][0]["line"] == bad_line
+    assert summary["predictions_written"] == len(kept) - 1
+    assert "## Skipped" in out.with_name("pred.summary.md").read_text()
+    strict = cli_main(["score", str(path), "--out", str(tmp_path / "strict.csv"), "--strict",
+                       "--model", str(checkpoint), "--no-progress"])
+    assert strict == 2
+    assert f"in.csv:{bad_line}:" in capsys.readouterr().err
+
+
+def test_score_usage_errors(tmp_path: Path, checkpoint: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["score", str(tmp_path / "absent.csv"), "--out", str(tmp_path / "o.csv"),
+                     "--model", str(checkpoint)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    foreign = tmp_path / "o.csv"
+    foreign.write_text("a,b\n1,2\n")
+    src = tmp_path / "in.csv"
+    src.write_text(",".join(csv_format.HEADER) + "\ng,Doc,q,Q?,boolean,{},true\n")
+    assert cli_main(["score", str(src), "--out", str(foreign), "--resume",
+                     "--model", str(checkpoint), "--no-progress"]) == 2
+    assert "not a predictions file" in capsys.readouterr().err
+    assert foreign.read_text() == "a,b\n1,2\n"  # never overwritten on resume
+
+
+@pytest.mark.slow
+def test_killed_subprocess_then_resumed_equals_uninterrupted(
+    tmp_path: Path, input_csv: Path, checkpoint: Path, full_run: Path
+) -> None:
+    out = tmp_path / "pred.csv"
+    command = [sys.executable, "-m", "decision.cli", "score", str(input_csv), "--out", str(out),
+               "--mode", "both", "--model", str(checkpoint), "--no-progress",
+               "--batch-groups", "1"]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+               OMP_NUM_THREADS="1")
+    process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and process.poll() is None:
+        if out.exists() and len({r.split(",")[0] for r in out.read_text().splitlines()[1:]}) >= 2:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL, "the run ended before it could be killed"
+    assert out.stat().st_size > 0
+    assert cli_main(["score", str(input_csv), "--out", str(out), "--mode", "both", "--resume",
+                     "--model", str(checkpoint), "--no-progress"]) == 0
+    assert out.read_bytes() == full_run.read_bytes()
