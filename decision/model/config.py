@@ -95,6 +95,13 @@ class DecisionConfig:
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
         """Raise CheckpointError for inconsistent sizes, so a bad config fails at load time."""
+        sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "head_dim", "linear_num_key_heads",
+                 "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                 "linear_conv_kernel_dim")
+        for name in sizes:
+            if getattr(self, name) < 1:
+                raise CheckpointError(f"config.json: {name} must be >= 1")
         if len(self.layer_types) != self.num_hidden_layers:
             raise CheckpointError(
                 f"config.json: layer_types has {len(self.layer_types)} entries but "
@@ -193,6 +200,26 @@ def default_layer_types(num_layers: int, interval: int) -> list[str]:
     return [LINEAR if (i + 1) % interval else FULL for i in range(num_layers)]
 
 
+REQUIRED_INTS = {"num_hidden_layers", "hidden_size", "vocab_size"}
+
+
+def _coerce(name: str, value: Any, type_name: str, source: str) -> Any:
+    """Check one scalar field's type (int / float / bool) so that errors name the field."""
+    base = type_name.split("|")[0].strip()
+    try:
+        if base == "int" and not isinstance(value, list):
+            if isinstance(value, bool) or int(value) != value:
+                raise ValueError
+            return int(value)
+        if base == "float":
+            return float(value)
+        if base == "bool" and not isinstance(value, bool):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise CheckpointError(f"{source}: field {name!r} has invalid value {value!r}") from None
+    return value
+
+
 def _first_int(value: Any) -> int | None:
     """eos_token_id may be a list in transformers configs; keep the first."""
     if isinstance(value, list):
@@ -204,16 +231,17 @@ def _text_fields(raw: dict[str, Any], model_type: str, source: str) -> dict[str,
     """Map a flat text config dict onto DecisionConfig keyword arguments."""
     names = {f.name for f in dataclasses.fields(DecisionConfig)}
     kw: dict[str, Any] = {k: v for k, v in raw.items() if k in names}
-    try:
-        num_layers = int(raw["num_hidden_layers"])
-        kw["hidden_size"] = int(raw["hidden_size"])
-        kw["vocab_size"] = int(raw["vocab_size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{source}: missing or invalid field {exc}") from None
+    for key in ("num_hidden_layers", "hidden_size", "vocab_size"):
+        if key not in raw:
+            raise CheckpointError(f"{source}: missing field {key!r}")
+    for f in dataclasses.fields(DecisionConfig):
+        if f.name in kw and kw[f.name] is not None or f.name in REQUIRED_INTS:
+            kw[f.name] = _coerce(f.name, kw.get(f.name), str(f.type), source)
+    num_layers = kw["num_hidden_layers"]
     if not kw.get("layer_types"):
-        kw["layer_types"] = default_layer_types(
-            num_layers, int(raw.get("full_attention_interval", 4))
-        )
+        interval = _coerce("full_attention_interval", raw.get("full_attention_interval", 4),
+                           "int", source)
+        kw["layer_types"] = default_layer_types(num_layers, max(interval, 1))
     if "head_dim" not in raw or raw["head_dim"] is None:
         kw["head_dim"] = kw["hidden_size"] // int(raw.get("num_attention_heads", 1))
     # RoPE: transformers 5 writes rope_parameters; older files rope_scaling + rope_theta.

@@ -1,0 +1,74 @@
+"""DecisionConfig reads every form of the Qwen3.5 family config and round-trips its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from decision.errors import CheckpointError
+from decision.model import DecisionConfig
+from decision.model.config import FULL, LINEAR
+
+BASE: dict[str, Any] = {
+    "model_type": "qwen3_5_moe_text", "vocab_size": 50, "hidden_size": 32,
+    "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8, "num_experts": 4, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16,
+}
+
+
+def test_full_attention_interval_and_defaults() -> None:
+    cfg = DecisionConfig.from_dict({**BASE, "full_attention_interval": 3})
+    assert cfg.layer_types == [LINEAR, LINEAR, FULL] * 2
+    assert cfg.partial_rotary_factor == 0.25 and cfg.rope_theta == 10000.0
+    assert cfg.norm_topk_prob and cfg.num_segments == 9 and cfg.right_conv_kernel == 4
+
+
+def test_rope_forms() -> None:
+    new = DecisionConfig.from_dict({**BASE, "rope_parameters": {
+        "rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5,
+        "mrope_section": [11, 11, 10], "mrope_interleaved": True}})
+    old = DecisionConfig.from_dict({**BASE, "rope_scaling": {"type": "default"},
+                                    "rope_theta": 1e6, "partial_rotary_factor": 0.5})
+    assert (new.rope_theta, new.rotary_dim) == (old.rope_theta, old.rotary_dim) == (1e6, 4)
+    with pytest.raises(CheckpointError, match="yarn"):
+        DecisionConfig.from_dict({**BASE, "rope_parameters": {"rope_type": "yarn"}})
+
+
+def test_nested_text_config_and_list_eos() -> None:
+    top = {"model_type": "qwen3_5_moe", "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+           "tie_word_embeddings": True, "text_config": {**BASE, "eos_token_id": [7, 8]},
+           "mask_token_id": 49}
+    cfg = DecisionConfig.from_dict(top)
+    assert cfg.tie_word_embeddings and cfg.eos_token_id == 7 and cfg.mask_token_id == 49
+    assert cfg.source_model_type == "qwen3_5_moe_text"
+
+
+def test_dense_qwen3_5_and_head_dim_fallback() -> None:
+    raw = {**BASE, "model_type": "qwen3_5_text", "intermediate_size": 40}
+    del raw["head_dim"]
+    cfg = DecisionConfig.from_dict(raw)
+    assert cfg.num_experts == 0 and cfg.head_dim == 8 and not cfg.layer_is_moe(0)
+
+
+def test_round_trip_through_to_dict() -> None:
+    cfg = DecisionConfig.from_dict({**BASE, "mask_token_id": 49, "block_calibration_init": 0.5})
+    again = DecisionConfig.from_dict(cfg.to_dict())
+    assert again == cfg
+
+
+@pytest.mark.parametrize("edit,match", [
+    ({"layer_types": ["linear_attention"] * 5}, "layer_types"),
+    ({"layer_types": ["mamba"] * 6}, "unknown layer type"),
+    ({"linear_num_value_heads": 3}, "multiple"),
+    ({"model_type": "gpt2"}, "unknown model_type"),
+    ({"architectures": ["MambaForCausalLM"]}, "unknown architecture"),
+    ({"hidden_size": None}, "hidden_size"),
+    ({"num_attention_heads": "four"}, "num_attention_heads"),
+    ({"head_dim": 0}, "head_dim"),
+])
+def test_bad_configs(edit: dict[str, Any], match: str) -> None:
+    with pytest.raises(CheckpointError, match=match):
+        DecisionConfig.from_dict({**BASE, **edit})
