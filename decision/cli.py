@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "decision.serve.decide_command",  # decision decide
     "decision.scoring.command",  # decision score
     "apps.xiangqi.cli",  # decision xiangqi
+    "apps.contracts.demo",  # decision contracts demo
 ]
 
 

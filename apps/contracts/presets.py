@@ -182,7 +182,7 @@ def _unique(items: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     """Equality that keeps ``True`` apart from ``1`` (JSON booleans are not numbers)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
@@ -193,14 +193,17 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """An answer as text: yes/no for booleans, ``-`` for none."""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if value is None:
+        return "-"
     return str(value)
 
 
 def _holds(condition: Condition, value: Any) -> bool:
-    return any(_same(value, v) for v in condition.values)
+    return any(same_value(value, v) for v in condition.values)
 
 
 def _type_ok(condition: Condition, value: Any) -> bool:
@@ -230,7 +233,7 @@ def _check_implies(rule: Implies, answers: Mapping[str, Any]) -> RuleCheck:
         if not _type_ok(c, answers[c.question]):
             return _skip(rule, f"{c.question} = {answers[c.question]!r} is not an answer this "
                                "rule reads (answer type changed?)")
-    detail = ", ".join(f"{q} = {_show(answers[q])}" for q in rule.questions)
+    detail = ", ".join(f"{q} = {show_value(answers[q])}" for q in rule.questions)
     triggered = all(_holds(c, answers[c.question]) for c in rule.when)
     broken = triggered and not _holds(rule.then, answers[rule.then.question])
     return RuleCheck(rule.id, "broken" if broken else "kept", rule.description, detail,
@@ -252,10 +255,10 @@ def _check_verdict(rule: Verdict, answers: Mapping[str, Any]) -> RuleCheck:
                            "(answer type changed?)")
     holds = COMPARISONS[rule.op](left, right)
     right_text = f"{rule.right} = {right}" if isinstance(rule.right, str) else str(right)
-    detail = f"{rule.question} = {_show(verdict)}, {rule.left} = {left}, {right_text}"
+    detail = f"{rule.question} = {show_value(verdict)}, {rule.left} = {left}, {right_text}"
     expected = rule.if_true if holds else rule.if_false
-    unconstrained = not (_same(verdict, rule.if_true) or _same(verdict, rule.if_false))
-    broken = not unconstrained and not _same(verdict, expected)
+    unconstrained = not (same_value(verdict, rule.if_true) or same_value(verdict, rule.if_false))
+    broken = not unconstrained and not same_value(verdict, expected)
     return RuleCheck(rule.id, "broken" if broken else "kept", rule.description, detail,
                      rule.questions)
 

@@ -36,6 +36,7 @@ log = logging.getLogger("decision.serve")
 # Demo-app modules whose ``router`` (and ``static_dir``) the service mounts. One line each.
 APP_MODULES: list[str] = [
     "apps.xiangqi.api",  # /api/xiangqi/games and the web board at /xiangqi/
+    "apps.contracts.web",  # /api/contracts/* and the contract judgments playground at /contracts/
 ]
 
 EngineFactory = Callable[[ServeSettings], ServiceEngine]

@@ -1,0 +1,496 @@
+// Contract judgments playground. Sends the same request to the service's POST /decide twice
+// (mode "joint", then "standalone", one after the other so each mode's time is its own), asks
+// /api/contracts/check which of the preset's rules each mode's answers break, and shows the two
+// columns side by side. Service errors ({"error": {type, message, field}}) are shown next to the
+// field their dotted path names. No framework, no build step.
+"use strict";
+
+const MODES = ["joint", "standalone"];
+const MODE_TITLES = { joint: "Joint", standalone: "Standalone" };
+const ANSWER_TYPES = ["choice", "boolean", "integer", "number", "pattern", "json"];
+
+// What the tests (and a curious reader in the console) can look at.
+const demo = { busy: false, ready: false, presets: [], examples: [], results: null, error: null };
+window.demo = demo;
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+async function getJson(url, options) {
+  const response = await fetch(url, options);
+  let data = null;
+  try {
+    data = await response.json();
+  } catch (_) {
+    data = null;
+  }
+  return { ok: response.ok, status: response.status, data };
+}
+
+// ------------------------------------------------------------------ question editor
+
+function questionNodes() {
+  return Array.from($("questions").querySelectorAll(".question"));
+}
+
+function renumber() {
+  questionNodes().forEach((node, index) => {
+    node.dataset.index = String(index);
+    node.dataset.field = `questions.${index}`;
+    node.querySelector(".q-number").textContent = `Question ${index + 1}`;
+    // The dotted paths the service uses in its errors, so an error finds its field.
+    const paths = {
+      ".q-id-field": "id", ".q-text-field": "text", ".q-type-field": "answer",
+      ".q-options-field": "answer.options", ".q-min-field": "answer.minimum",
+      ".q-max-field": "answer.maximum", ".q-regex-field": "answer.regex",
+      ".q-schema-field": "answer.schema", ".q-tokens-field": "answer.max_tokens",
+    };
+    for (const [selector, path] of Object.entries(paths)) {
+      node.querySelector(selector).dataset.field = `questions.${index}.${path}`;
+    }
+  });
+  $("add-question").disabled = questionNodes().length >= 8;
+}
+
+function showTypeFields(node) {
+  const type = node.querySelector(".q-type").value;
+  node.querySelectorAll("[data-for]").forEach((part) => {
+    part.hidden = !part.dataset.for.split(" ").includes(type);
+  });
+}
+
+function addQuestion(question) {
+  const fragment = $("question-template").content.cloneNode(true);
+  const node = fragment.querySelector(".question");
+  const answer = (question && question.answer) || { type: "boolean" };
+  node.querySelector(".q-id").value = question ? question.id : `q${questionNodes().length + 1}`;
+  node.querySelector(".q-text").value = question ? question.text : "";
+  node.querySelector(".q-type").value = ANSWER_TYPES.includes(answer.type) ? answer.type : "boolean";
+  node.querySelector(".q-options").value = (answer.options || ["yes", "no", "not stated"]).join(", ");
+  node.querySelector(".q-min").value = answer.minimum ?? "";
+  node.querySelector(".q-max").value = answer.maximum ?? "";
+  node.querySelector(".q-regex").value = answer.regex ?? "";
+  node.querySelector(".q-schema").value = answer.schema ? JSON.stringify(answer.schema) : "";
+  node.querySelector(".q-tokens").value = answer.max_tokens ?? "";
+  node.querySelector(".q-type").addEventListener("change", () => showTypeFields(node));
+  node.querySelector(".remove").addEventListener("click", () => {
+    node.remove();
+    renumber();
+  });
+  showTypeFields(node);
+  $("questions").appendChild(node);
+  renumber();
+}
+
+function setQuestions(questions) {
+  $("questions").replaceChildren();
+  questions.forEach((q) => addQuestion(q));
+}
+
+// The answer schema of one editor row; a JSON schema that does not parse is reported at once.
+function readAnswer(node, index) {
+  const type = node.querySelector(".q-type").value;
+  const answer = { type };
+  const number = (selector) => {
+    const raw = node.querySelector(selector).value.trim();
+    return raw === "" ? undefined : Number(raw);
+  };
+  if (type === "choice") {
+    answer.options = node.querySelector(".q-options").value.split(",").map((o) => o.trim())
+      .filter((o) => o !== "");
+  } else if (type === "integer") {
+    const min = number(".q-min");
+    const max = number(".q-max");
+    if (min !== undefined) answer.minimum = min;
+    if (max !== undefined) answer.maximum = max;
+  } else if (type === "pattern") {
+    answer.regex = node.querySelector(".q-regex").value;
+  } else if (type === "json") {
+    const raw = node.querySelector(".q-schema").value.trim() || "{}";
+    try {
+      answer.schema = JSON.parse(raw);
+    } catch (exc) {
+      throw { field: `questions.${index}.answer.schema`,
+              message: `the JSON schema is not valid JSON: ${exc.message}` };
+    }
+  }
+  if (["number", "pattern", "json"].includes(type)) {
+    const tokens = number(".q-tokens");
+    if (tokens !== undefined) answer.max_tokens = tokens;
+  }
+  return answer;
+}
+
+function readRequest() {
+  const questions = questionNodes().map((node, index) => ({
+    id: node.querySelector(".q-id").value.trim(),
+    text: node.querySelector(".q-text").value.trim(),
+    answer: readAnswer(node, index),
+  }));
+  const options = { return_probabilities: true };
+  const threshold = $("threshold").value.trim();
+  const maxSteps = $("max-steps").value.trim();
+  if (threshold !== "") options.threshold = Number(threshold);
+  if (maxSteps !== "") options.max_steps = Number(maxSteps);
+  return { document: $("document").value, questions, options };
+}
+
+// ------------------------------------------------------------------ errors next to fields
+
+function clearErrors() {
+  document.querySelectorAll(".field-error").forEach((node) => node.remove());
+  document.querySelectorAll(".has-error").forEach((node) => node.classList.remove("has-error"));
+  $("error-general").hidden = true;
+  demo.error = null;
+}
+
+// Pydantic names the variant of a discriminated union in the path
+// ("questions.2.answer.choice.options"): drop it, the editor has one field per schema key.
+function normalizeField(field) {
+  const parts = String(field).split(".");
+  const answerAt = parts.indexOf("answer");
+  if (answerAt >= 0 && ANSWER_TYPES.includes(parts[answerAt + 1])) parts.splice(answerAt + 1, 1);
+  return parts;
+}
+
+// The closest element for a dotted path: the field itself, else its nearest named ancestor.
+function fieldElement(field) {
+  const parts = normalizeField(field);
+  if (parts[0] === "options") document.querySelector("details.options").open = true;
+  while (parts.length) {
+    const path = parts.join(".");
+    const found = Array.from(document.querySelectorAll("[data-field]")).find(
+      (node) => node.dataset.field === path && !node.hidden && node.offsetParent !== null);
+    if (found) return found;
+    parts.pop();
+  }
+  return null;
+}
+
+function showError(error) {
+  demo.error = error;
+  const message = error.message || "the request failed";
+  const target = error.field ? fieldElement(error.field) : null;
+  if (target) {
+    target.classList.add("has-error");
+    const note = el("p", "field-error", message);
+    note.setAttribute("role", "alert");
+    note.dataset.errorFor = error.field;
+    target.appendChild(note);
+    const input = target.querySelector("input, textarea, select");
+    target.scrollIntoView({ block: "center", behavior: "instant" });
+    if (input) input.focus({ preventScroll: true });
+    setStatus("The service refused the request: see the marked field.");
+  } else {
+    const banner = $("error-general");
+    banner.textContent = error.field ? `${error.field}: ${message}` : message;
+    banner.hidden = false;
+    setStatus("");
+  }
+}
+
+function setStatus(text) {
+  $("status").textContent = text;
+}
+
+// ------------------------------------------------------------------ running
+
+function currentPreset() {
+  return demo.presets.find((p) => p.id === $("preset").value) || null;
+}
+
+function currentExample() {
+  return demo.examples.find((e) => e.id === $("example").value) || null;
+}
+
+// The example's expected answers apply only while its document and question are unchanged.
+function expectedFor(request) {
+  const example = currentExample();
+  const expected = {};
+  if (!example || request.document !== example.document) return expected;
+  for (const q of request.questions) {
+    const original = example.questions.find((o) => o.id === q.id);
+    if (original && original.text === q.text && original.answer.type === q.answer.type &&
+        Object.prototype.hasOwnProperty.call(example.expected, q.id)) {
+      expected[q.id] = example.expected[q.id];
+    }
+  }
+  return expected;
+}
+
+async function run(event) {
+  if (event) event.preventDefault();
+  if (demo.busy) return;
+  clearErrors();
+  let request;
+  try {
+    request = readRequest();
+  } catch (error) {
+    showError(error);
+    return;
+  }
+  demo.busy = true;
+  $("run").disabled = true;
+  const results = {};
+  try {
+    for (const mode of MODES) {
+      setStatus(mode === "joint" ? "Answering jointly…" : "Answering one question at a time…");
+      const started = performance.now();
+      const reply = await getJson("/decide", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ ...request, mode }),
+      });
+      if (!reply.ok) {
+        const error = (reply.data && reply.data.error) ||
+          { message: `the service answered HTTP ${reply.status}` };
+        showError(error);
+        return;
+      }
+      results[mode] = { ...reply.data, client_ms: performance.now() - started };
+    }
+    const preset = currentPreset();
+    for (const mode of MODES) {
+      results[mode].checks = [];
+      if (!preset) continue;
+      const answers = {};
+      for (const a of results[mode].answers) answers[a.id] = a.value;
+      const reply = await getJson("/api/contracts/check", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ preset: preset.id, answers }),
+      });
+      if (reply.ok) results[mode].checks = reply.data.checks;
+    }
+    demo.results = { request, preset: preset ? preset.id : null, modes: results,
+                     expected: expectedFor(request) };
+    render(demo.results);
+    setStatus("Done.");
+  } catch (exc) {
+    showError({ message: `cannot reach the service: ${exc.message || exc}` });
+  } finally {
+    demo.busy = false;
+    $("run").disabled = false;
+  }
+}
+
+// ------------------------------------------------------------------ results
+
+function showValue(value) {
+  if (value === true) return "yes";
+  if (value === false) return "no";
+  if (value !== null && typeof value === "object") return JSON.stringify(value);
+  return String(value);
+}
+
+function sameValue(a, b) {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+function percent(p) {
+  return `${Math.round(p * 100)}%`;
+}
+
+function brokenQuestions(checks) {
+  const ids = new Set();
+  for (const c of checks) if (c.status === "broken") c.questions.forEach((q) => ids.add(q));
+  return ids;
+}
+
+function modeCard(mode, result, expected) {
+  const card = el("div", `mode-card ${mode}`);
+  card.dataset.mode = mode;
+  card.appendChild(el("h3", null, MODE_TITLES[mode]));
+  const total = result.timings.total_ms ?? result.client_ms;
+  card.appendChild(el("div", "time", `${Math.round(total)} ms`));
+  const steps = `${result.steps} denoising step${result.steps === 1 ? "" : "s"}`;
+  card.appendChild(el("div", "stats",
+    `${steps} · ${result.tokens_per_forward.toFixed(1)} tokens/forward`));
+  const phases = ["prefill", "denoise", "constraint"].filter((k) => k in result.timings)
+    .map((k) => `${k} ${Math.round(result.timings[k])}`).join(" · ");
+  if (phases) card.appendChild(el("div", "phases", `${phases} ms`));
+  const broken = result.checks.filter((c) => c.status === "broken").length;
+  const checked = result.checks.filter((c) => c.status !== "skipped").length;
+  if (result.checks.length) {
+    const line = el("div", `rules-line ${broken ? "bad" : "good"}`,
+      broken ? `⚠ ${broken} of ${checked} rules broken` : `all ${checked} rules kept`);
+    card.appendChild(line);
+  }
+  const known = result.answers.filter((a) => expected[a.id] !== undefined && expected[a.id] !== null);
+  if (known.length) {
+    const right = known.filter((a) => sameValue(a.value, expected[a.id])).length;
+    card.appendChild(el("div", "score", `${right}/${known.length} match the text`));
+  }
+  return card;
+}
+
+function answerCell(mode, answer, broken, expected) {
+  const cell = el("div", `cell ${mode}`);
+  cell.setAttribute("role", "cell");
+  cell.dataset.mode = mode;
+  if (!answer) {
+    cell.appendChild(el("span", "value missing", "—"));
+    return cell;
+  }
+  cell.dataset.question = answer.id;
+  if (broken.has(answer.id)) {
+    cell.classList.add("broken");
+    cell.title = "This answer takes part in a broken rule";
+  }
+  cell.appendChild(el("span", "value", showValue(answer.value)));
+  cell.appendChild(el("span", "conf", percent(answer.confidence)));
+  if (expected !== undefined && expected !== null) {
+    const right = sameValue(answer.value, expected);
+    cell.appendChild(el("span", `mark ${right ? "right" : "wrong"}`, right ? "✓" : "✗"));
+  }
+  if (answer.option_probabilities) {
+    const bars = el("ul", "bars");
+    const chosen = showValue(answer.value);
+    for (const [option, p] of Object.entries(answer.option_probabilities)) {
+      const item = el("li", option === chosen ? "chosen" : "");
+      item.title = `${option}: ${(p * 100).toFixed(1)}%`;
+      item.appendChild(el("span", "opt", option));
+      const track = el("span", "track");
+      const fill = el("span", "fill");
+      fill.style.display = "block";
+      fill.style.width = `${Math.max(0, Math.min(1, p)) * 100}%`;
+      track.appendChild(fill);
+      item.appendChild(track);
+      item.appendChild(el("span", "pct", percent(p)));
+      bars.appendChild(item);
+    }
+    cell.appendChild(bars);
+  }
+  return cell;
+}
+
+function render(results) {
+  const { request, modes, expected } = results;
+  const summary = $("summary");
+  summary.replaceChildren(...MODES.map((m) => modeCard(m, modes[m], expected)));
+
+  const table = $("answers");
+  const head = el("div", "arow head");
+  head.setAttribute("role", "row");
+  head.appendChild(el("div", "qcell", "Question"));
+  for (const mode of MODES) head.appendChild(el("div", mode, MODE_TITLES[mode]));
+  const rows = [head];
+  const byId = Object.fromEntries(MODES.map((m) => [m, Object.fromEntries(
+    modes[m].answers.map((a) => [a.id, a]))]));
+  const broken = Object.fromEntries(MODES.map((m) => [m, brokenQuestions(modes[m].checks)]));
+  for (const q of request.questions) {
+    const row = el("div", "arow");
+    row.setAttribute("role", "row");
+    row.dataset.question = q.id;
+    const qcell = el("div", "qcell");
+    qcell.setAttribute("role", "rowheader");
+    qcell.appendChild(el("div", "qid", q.id));
+    qcell.appendChild(el("div", "qtext", q.text));
+    if (q.id in expected) {
+      const value = expected[q.id];
+      qcell.appendChild(el("div", "expected", value === null
+        ? "the text does not state it" : `from the text: ${showValue(value)}`));
+    }
+    row.appendChild(qcell);
+    for (const mode of MODES) {
+      row.appendChild(answerCell(mode, byId[mode][q.id], broken[mode], expected[q.id]));
+    }
+    rows.push(row);
+  }
+  table.replaceChildren(...rows);
+
+  const warnings = $("warnings");
+  const parts = [];
+  if (results.preset) {
+    for (const mode of MODES) {
+      parts.push(el("h3", null, `Rules, ${MODE_TITLES[mode].toLowerCase()}`));
+      const checks = modes[mode].checks;
+      const bad = checks.filter((c) => c.status === "broken");
+      for (const c of bad) {
+        const item = el("div", "warning", `⚠ ${c.description}`);
+        item.dataset.mode = mode;
+        item.dataset.rule = c.rule;
+        item.appendChild(el("span", "detail", c.detail));
+        parts.push(item);
+      }
+      if (!bad.length) parts.push(el("p", "none", "No rule broken."));
+      const skipped = checks.filter((c) => c.status === "skipped");
+      if (skipped.length) {
+        parts.push(el("p", "skipped", `Not checked: ${skipped.map((c) => `${c.rule} (${c.detail})`)
+          .join("; ")}`));
+      }
+    }
+  } else {
+    parts.push(el("p", "skipped", "Custom question set: no rules declared."));
+  }
+  warnings.replaceChildren(...parts);
+  $("results").hidden = false;
+}
+
+// ------------------------------------------------------------------ set-up
+
+function selectPreset(id) {
+  $("preset").value = id;
+  const preset = currentPreset();
+  if (preset) {
+    setQuestions(preset.questions);
+    $("preset-note").textContent =
+      `${preset.rules.length} rules between these questions are checked in each mode.`;
+  } else {
+    $("preset-note").textContent = "No rules are checked for a custom question set.";
+  }
+}
+
+function selectExample(id) {
+  $("example").value = id;
+  const example = currentExample();
+  if (!example) return;
+  $("document").value = example.document;
+  selectPreset(example.preset);
+}
+
+async function init() {
+  $("request").addEventListener("submit", run);
+  $("add-question").addEventListener("click", () => addQuestion(null));
+  $("example").addEventListener("change", () => selectExample($("example").value));
+  $("preset").addEventListener("change", () => selectPreset($("preset").value));
+
+  const [presets, examples, health] = await Promise.all([
+    getJson("/api/contracts/presets"), getJson("/api/contracts/examples"), getJson("/health"),
+  ]);
+  demo.presets = presets.ok ? presets.data.presets : [];
+  demo.examples = examples.ok ? examples.data.examples : [];
+  for (const p of demo.presets) {
+    const option = el("option", null, p.title);
+    option.value = p.id;
+    $("preset").appendChild(option);
+  }
+  const custom = el("option", null, "Custom (no rules)");
+  custom.value = "";
+  $("preset").appendChild(custom);
+  for (const e of demo.examples) {
+    const option = el("option", null, e.title);
+    option.value = e.id;
+    $("example").appendChild(option);
+  }
+  if (health.ok) {
+    $("model-line").textContent = health.data.model_loaded
+      ? `Model: ${health.data.model}` : "The model is not loaded yet: answers will fail.";
+  }
+  if (demo.examples.length) {
+    selectExample(demo.examples[0].id);
+  } else if (demo.presets.length) {
+    selectPreset(demo.presets[0].id);
+  }
+  demo.ready = true;
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  init().catch((exc) => showError({ message: `cannot load the demo: ${exc.message || exc}` }));
+});
