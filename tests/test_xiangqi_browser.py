@@ -112,6 +112,13 @@ def test_play_by_clicking_against_the_model(server, browser) -> None:  # type: i
     page.wait_for_function("state !== null && !busy", timeout=15_000)
     assert page.locator(".piece").count() == 32
     assert page.inner_text("#status").startswith("Red to move")
+    # Chinese characters, or FEN letters where the machine has no CJK font at all.
+    letters = page.evaluate("LETTERS")
+    assert letters == page.evaluate("cjkFontMissing()")
+    general = page.locator('.piece[data-piece="K"] text').text_content()
+    assert general == ("K" if letters else "帥")
+    cannon = page.locator('.piece[data-piece="c"] text').first.text_content()
+    assert cannon == ("C" if letters else "砲")
 
     # Select the right cannon: its legal targets are highlighted.
     click_square(page, "h2")
@@ -161,6 +168,12 @@ def test_play_by_clicking_against_the_model(server, browser) -> None:  # type: i
     page.reload()
     page.wait_for_function("state !== null && !busy", timeout=15_000)
     assert len(page.evaluate("state.moves")) == 4
+    # ?letters shows FEN letters instead of characters, same game.
+    page.goto(f"{server}/xiangqi/?letters#{page.evaluate('state.id')}")
+    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    assert len(page.evaluate("state.moves")) == 4
+    assert page.locator('.piece[data-piece="K"] text').text_content() == "K"
+    assert "Chu He" in page.text_content("#board")
     page.close()
 
 

@@ -19,6 +19,24 @@ const NAMES = {
   k: "general", a: "advisor", b: "elephant", n: "horse", r: "chariot", c: "cannon", p: "soldier",
 };
 
+// Without a CJK font every character draws as the same empty box: then (or with ?letters in the
+// URL, for readers who prefer them) pieces show their FEN letters and the river its pinyin.
+function cjkFontMissing() {
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = 40;
+  const ctx = canvas.getContext("2d");
+  const draw = (ch) => {
+    ctx.clearRect(0, 0, 40, 40);
+    ctx.font = "32px serif";
+    ctx.fillText(ch, 2, 34);
+    return ctx.getImageData(0, 0, 40, 40).data.join(",");
+  };
+  return draw("帥") === draw("將");
+}
+const LETTERS = new URLSearchParams(location.search).has("letters") || cjkFontMissing();
+const RIVER = LETTERS ? ["Chu He", "Han Jie"] : ["楚 河", "漢 界"];
+const glyph = (letter) => (LETTERS ? letter.toUpperCase() : GLYPHS[letter]);
+
 const el = (id) => document.getElementById(id);
 const svg = el("board");
 let state = null; // the last game state from the API
@@ -88,9 +106,9 @@ function drawGrid() {
   }
   const riverY = M + 4.5 * C;
   svgEl("text", { x: M + 2 * C, y: riverY, class: "river", "text-anchor": "middle",
-    "dominant-baseline": "central" }, g).textContent = "楚 河";
+    "dominant-baseline": "central" }, g).textContent = RIVER[0];
   svgEl("text", { x: M + 6 * C, y: riverY, class: "river", "text-anchor": "middle",
-    "dominant-baseline": "central" }, g).textContent = "漢 界";
+    "dominant-baseline": "central" }, g).textContent = RIVER[1];
   // ICCS coordinates: files along the bottom, ranks on the left.
   for (let f = 0; f < 9; f++) {
     const [x] = point(f, 0);
@@ -145,7 +163,7 @@ function drawPieces(fen) {
     if (sq === selected) g.classList.add("selected");
     svgEl("circle", { r: 27, class: "disc" }, g);
     svgEl("circle", { r: 22, class: "ring" }, g);
-    svgEl("text", { x: 0, y: 1 }, g).textContent = GLYPHS[letter];
+    svgEl("text", { x: 0, y: 1 }, g).textContent = glyph(letter);
     svgEl("title", {}, g).textContent = `${side} ${NAMES[letter.toLowerCase()]} on ${sq}`;
   }
 }
