@@ -98,3 +98,23 @@ def test_gradients_reach_every_block_path_parameter() -> None:
         assert grad is not None and bool(grad.abs().sum() > 0), name
     # the history path is differentiable too (the prefill inside forward)
     assert params["model.layers.0.linear_attn.A_log"].grad.abs().sum() > 0
+
+
+def test_bf16_autocast_training_step_shares_one_prefill() -> None:
+    """The training loop's pattern: one prefill, several denoise draws, bf16 autocast."""
+    model = tiny_model(seed=4, random_block=True).train()
+    gen = torch.Generator().manual_seed(1)
+    history = torch.randint(2, 96, (2, 20), generator=gen)
+    block = torch.randint(2, 96, (2, 6), generator=gen)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cache = model.prefill(history, torch.tensor([[1] * 20, [1] * 9 + [0] * 11]))
+        loss = sum(
+            torch.nn.functional.cross_entropy(model.denoise(block, cache).float().flatten(0, 1),
+                                              block.flatten())
+            for _ in range(2)
+        )
+    loss.backward()
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            assert bool(torch.isfinite(p.grad).all()), name
+    assert model.model.layers[0].linear_attn.in_proj_a.weight.grad.abs().sum() > 0
