@@ -80,7 +80,8 @@ class RunSection:
     eval_every: int = 500
     checkpoint_minutes: float = 4.0
     threads: int = 2
-    autocast_bf16: bool = False
+    autocast_bf16: bool = False  # measured slower on this AVX2 CPU (no bf16 units): off
+    denoise_draws: int = 1  # noise draws per history encoding (loop.batch_loss)
     # Stop early when, after this many steps, validation accuracy is not above the majority
     # baseline by at least `min_gain` (a run that learns nothing should not burn the budget).
     early_stop_step: int = 3000
@@ -168,6 +169,8 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("need 8 <= data.doc_block_min <= data.doc_block_max", "data")
     if o.lr <= 0 or o.batch_size < 1:
         raise DecisionInputError("optim.lr must be > 0 and optim.batch_size >= 1", "optim")
+    if r.denoise_draws < 1:
+        raise DecisionInputError("run.denoise_draws must be >= 1", "run.denoise_draws")
     if r.max_steps < 1 or r.log_every < 1 or r.eval_every < 1:
         raise DecisionInputError("run.max_steps/log_every/eval_every must be >= 1", "run")
     if cfg.tokenizer.vocab_size < 300:

@@ -1,0 +1,59 @@
+"""``decision train``: command-line entry of the training recipe.
+
+``register(subparsers)`` adds the sub-command to the service's CLI dispatcher; ``main`` runs it
+stand-alone (``python -m decision.train --config FILE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from decision.errors import DecisionError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="training config (.json or .toml)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from OUT_DIR/checkpoint (model, optimiser, RNG, data)")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="stop after this many minutes of this session (default: config)")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="stop at this global step (default: config run.max_steps)")
+    parser.add_argument("--out-dir", default=None, help="run directory (default: config)")
+    parser.add_argument("--export", default=None,
+                        help="after training, write the checkpoint in bf16 to this directory")
+
+
+def run(args: argparse.Namespace) -> int:
+    from decision.train.config import load_config
+    from decision.train.recipe import export_checkpoint, train
+
+    cfg = load_config(args.config)
+    if args.out_dir:
+        cfg.run.out_dir = args.out_dir
+    result = train(cfg, resume=args.resume, max_minutes=args.max_minutes,
+                   max_steps=args.max_steps)
+    if args.export:
+        export_checkpoint(result.checkpoint, args.export)
+        print(f"exported bf16 model to {args.export}", file=sys.stderr)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``train`` to a ``argparse`` sub-parser set (the ``decision`` CLI)."""
+    parser = subparsers.add_parser("train", help="train a decision model from a config")
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m decision.train", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except DecisionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

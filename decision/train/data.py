@@ -1,0 +1,184 @@
+"""Training rows from generated contract groups, through the shared layout (decision.joint.layout).
+
+Three kinds of rows, all drawn from the same generated groups (apps.contracts, TRAIN seeds):
+
+- **joint**: the document, all of a group's questions (1..8, mostly 2..8) and one block holding
+  every answer slot, as ``decide(mode="joint")`` lays it out;
+- **standalone**: the same layout with one question of the group, as ``mode="standalone"``;
+- **document**: block-diffusion language modelling on the document itself (DESIGN.md section 6,
+  "dense signal"): a random cut c, history = the tokens before c, block = the next 32..64 tokens.
+
+Row ``i`` of a run is a pure function of ``(run seed, i)``: resuming needs only the step count.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from apps.contracts.generator import generate_group
+from apps.contracts.splits import TRAIN, VALIDATION
+from apps.contracts.types import GeneratedQuestion, Group
+from decision.joint.layout import build_layout
+from decision.schemas.compile import tokenizer_context
+from decision.schemas.models import Question
+from decision.train.config import TrainConfig
+from decision.train.masking import ROLE_EXTRACTION, ROLE_PLAIN
+from decision.train.rows import KIND_DOCUMENT, KIND_JOINT, KIND_STANDALONE, Row
+from decision.train.validate import accuracy_report, score_rows
+
+
+def answer_text(gold: Any) -> str:
+    """The slot text of a typed gold answer: booleans as yes/no (BooleanAnswer), else str()."""
+    if isinstance(gold, bool):
+        return "yes" if gold else "no"
+    return str(gold)
+
+
+class Encoder:
+    """Tokenizer-bound encoding of groups into layout rows."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.ctx = tokenizer_context(tokenizer)
+        self.special = self.ctx.special
+        self._budgets: dict[str, int] = {}
+
+    def ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def budget(self, answer: dict[str, Any]) -> int:
+        """Slot length of an answer schema, exactly as the decoder computes it."""
+        key = json.dumps(answer, sort_keys=True)
+        if key not in self._budgets:
+            schema = Question(id="q", text="q", answer=answer).answer
+            self._budgets[key] = schema.budget(self.ctx.count_tokens)
+        return self._budgets[key]
+
+    def group_row(self, group: Group, picked: list[int], kind: str,
+                  document_ids: list[int] | None = None) -> Row:
+        """A joint (or one-question standalone) row of ``group``'s questions ``picked``."""
+        qs = [group.questions[i] for i in picked]
+        doc = self.ids(group.document) if document_ids is None else document_ids
+        answers = [self.ids(answer_text(q.gold)) for q in qs]
+        layout = build_layout(self.special, doc, [self.ids(q.text) for q in qs],
+                              [self.budget(q.answer) for q in qs], answers)
+        block = layout.block
+        slot_of = [-1] * len(block)
+        for k, span in enumerate(layout.block_slots()):
+            slot_of[span.start : span.end] = [k] * span.length
+        return Row(
+            history_ids=layout.history_ids,
+            history_segments=layout.history_segments,
+            block_ids=block,
+            block_segments=layout.block_segments,
+            slot_of=slot_of,
+            roles=slot_roles(qs),
+            kind=kind,
+            meta={"group_id": group.group_id, "qtypes": [q.qtype for q in qs],
+                  "gold": [answer_text(q.gold) for q in qs]},
+        )
+
+    def document_row(self, document: str, rng: random.Random, block_min: int,
+                     block_max: int) -> Row:
+        """Block diffusion on the text: history = ``<doc>`` + tokens before a random cut."""
+        ids = [self.special.doc, *self.ids(document)]
+        length = rng.randint(block_min, block_max)
+        cut = rng.randint(1, max(1, len(ids) - length))
+        block = ids[cut : cut + length]
+        if not block:  # a document shorter than 2 tokens: predict it whole from <doc>
+            block = ids[1:] or [self.special.eos]
+        return Row(
+            history_ids=ids[:cut],
+            history_segments=[0] * cut,
+            block_ids=block,
+            block_segments=[0] * len(block),
+            slot_of=[0] * len(block),
+            roles=[ROLE_PLAIN],
+            kind=KIND_DOCUMENT,
+        )
+
+
+def slot_roles(questions: list[GeneratedQuestion]) -> list[int]:
+    """Dependency-aware roles: a slot another slot of the row derives from is an *input*.
+
+    Inputs (extraction answers, and derived answers that feed a further rule) are masked less
+    often than the answers that read them (masking.py); every other slot is plain.
+    """
+    read = {dep for q in questions for dep in q.depends_on}
+    return [ROLE_EXTRACTION if q.qtype in read else ROLE_PLAIN for q in questions]
+
+
+def curriculum_level(step: int, cfg: TrainConfig, rng: random.Random) -> int:
+    """Level 1 (only the relevant clauses) first, then a linear shift towards level 2."""
+    d = cfg.data
+    if d.max_level <= 1 or step < d.level1_steps:
+        return 1
+    frac = min(1.0, (step - d.level1_steps) / max(1, d.curriculum_ramp_steps))
+    share1 = 1.0 - frac * (1.0 - d.level1_final_share)
+    return 1 if rng.random() < share1 else 2
+
+
+class RowSource:
+    """Deterministic stream of training rows: ``row(i)`` depends only on (run seed, i)."""
+
+    def __init__(self, cfg: TrainConfig, tokenizer: Tokenizer) -> None:
+        self.cfg = cfg
+        self.enc = Encoder(tokenizer)
+        d = cfg.data
+        total = d.p_joint + d.p_standalone + d.p_document
+        self.cuts = (d.p_joint / total, (d.p_joint + d.p_standalone) / total)
+
+    def row(self, index: int) -> Row:
+        cfg = self.cfg
+        rng = random.Random(f"decision.train:{cfg.run.seed}:{index}")
+        level = curriculum_level(index // cfg.optim.batch_size, cfg, rng)
+        seed = TRAIN.start + (cfg.run.seed * 1_000_003 + index) % len(TRAIN)
+        group = generate_group(seed, level)
+        u = rng.random()
+        if u < self.cuts[0]:
+            return self.enc.group_row(group, list(range(len(group.questions))), KIND_JOINT)
+        if u < self.cuts[1]:
+            pick = rng.randrange(len(group.questions))
+            return self.enc.group_row(group, [pick], KIND_STANDALONE)
+        return self.enc.document_row(group.document, rng, cfg.data.doc_block_min,
+                                     cfg.data.doc_block_max)
+
+
+def tokenizer_corpus(cfg: TrainConfig) -> list[str]:
+    """Text of generated groups (both levels) from a seed range of its own, for the BPE."""
+    texts: list[str] = []
+    t = cfg.tokenizer
+    for k in range(t.corpus_groups):
+        group = generate_group(t.seed + k, 1 + k % 2)
+        texts.append(group.document)
+        for q in group.questions:
+            texts.append(q.text)
+            texts.append(answer_text(q.gold))
+    return texts
+
+
+class ValidationSet:
+    """Fixed VALIDATION groups (level 2), scored jointly and one question at a time."""
+
+    def __init__(self, cfg: TrainConfig, tokenizer: Tokenizer, level: int = 2) -> None:
+        self.enc = Encoder(tokenizer)
+        self.pad = self.enc.special.pad
+        self.mask = self.enc.special.mask
+        self.joint: list[Row] = []
+        self.standalone: list[Row] = []
+        for seed in VALIDATION.seeds(cfg.data.val_groups):
+            group = generate_group(seed, level)
+            doc = self.enc.ids(group.document)
+            n = len(group.questions)
+            self.joint.append(self.enc.group_row(group, list(range(n)), KIND_JOINT, doc))
+            for i in range(n):
+                self.standalone.append(self.enc.group_row(group, [i], KIND_STANDALONE, doc))
+
+    def evaluate(self, model: Any) -> dict[str, Any]:
+        joint_ok = score_rows(model, self.joint, self.pad, self.mask)
+        sa_ok = score_rows(model, self.standalone, self.pad, self.mask)
+        return accuracy_report(self.joint, joint_ok, self.standalone, sa_ok)

@@ -1,0 +1,133 @@
+"""The training recipe end to end: tokenizer, model, data, validation, loop, bf16 export.
+
+Run directory (``cfg.run.out_dir``): ``checkpoint/`` (a model directory ``decision.load_model``
+reads, plus ``trainer_state.pt`` and ``train_config.json``), ``tokenizer.json`` and
+``evals.jsonl`` (one line per validation).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+
+from decision.errors import CheckpointError
+from decision.tokenizer import special_ids, train_tokenizer
+from decision.train.config import TrainConfig
+from decision.train.data import RowSource, ValidationSet, tokenizer_corpus
+from decision.train.loop import (
+    CHECKPOINT_DIR,
+    STATE_FILE,
+    LoopHooks,
+    LoopResult,
+    load_trainer_state,
+    train_loop,
+)
+
+
+@dataclass
+class TrainResult:
+    checkpoint: Path
+    loop: LoopResult
+
+
+def log(msg: str) -> None:
+    stamp = time.strftime("%H:%M:%S")
+    print(f"[{stamp}] {msg}", file=sys.stderr, flush=True)
+
+
+def build_tokenizer(cfg: TrainConfig) -> Tokenizer:
+    """Byte-level BPE (decision.tokenizer) trained on generated task text of its own seeds."""
+    texts = tokenizer_corpus(cfg)
+    return train_tokenizer(texts, cfg.tokenizer.vocab_size)
+
+
+def build_model(cfg: TrainConfig, tokenizer: Tokenizer) -> Any:
+    """A fresh ``DecisionModel`` of the configured size over ``tokenizer``'s vocabulary."""
+    from decision.model import DecisionConfig, DecisionModel
+
+    ids = special_ids(tokenizer)
+    fields = dict(cfg.model.fields)
+    fields.update(
+        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+        mask_token_id=ids.mask,
+        pad_token_id=ids.pad,
+        eos_token_id=ids.eos,
+    )
+    torch.manual_seed(cfg.run.seed)
+    model = DecisionModel(DecisionConfig(**fields))
+    model.tokenizer = tokenizer
+    return model
+
+
+def count_parameters(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def train(
+    cfg: TrainConfig,
+    resume: bool = False,
+    max_minutes: float | None = None,
+    max_steps: int | None = None,
+) -> TrainResult:
+    """Train (or continue) the run in ``cfg.run.out_dir``; returns its checkpoint directory."""
+    from decision.model import load_model
+
+    torch.set_num_threads(cfg.run.threads)
+    out = Path(cfg.run.out_dir)
+    ckpt = out / CHECKPOINT_DIR
+    state = None
+    if resume and (ckpt / STATE_FILE).is_file():
+        model = load_model(ckpt, dtype=torch.float32)
+        if model.tokenizer is None:
+            raise CheckpointError(f"{ckpt} has no tokenizer.json to resume with")
+        tokenizer = model.tokenizer
+        state = load_trainer_state(ckpt)
+    else:
+        if resume:
+            log(f"no checkpoint in {ckpt}: starting a fresh run")
+        out.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        tokenizer = build_tokenizer(cfg)
+        tokenizer.save(str(out / "tokenizer.json"))
+        log(f"tokenizer: {tokenizer.get_vocab_size()} tokens in {time.monotonic() - t0:.1f} s")
+        model = build_model(cfg, tokenizer)
+    log(f"model: {count_parameters(model) / 1e6:.2f}M parameters")
+    ids = special_ids(tokenizer)
+    source = RowSource(cfg, tokenizer)
+    val = ValidationSet(cfg, tokenizer)
+    evals_path = out / "evals.jsonl"
+
+    def validate(m: Any, step: int) -> dict[str, Any]:
+        t0 = time.monotonic()
+        record = val.evaluate(m)
+        record["eval_s"] = round(time.monotonic() - t0, 1)
+        with evals_path.open("a") as f:
+            f.write(json.dumps({"step": step, **record}) + "\n")
+        return record
+
+    hooks = LoopHooks(rows=source.row, pad_token_id=ids.pad, mask_token_id=ids.mask,
+                      validate=validate, log=log)
+    result = train_loop(model, cfg, hooks, out, resume_state=state, max_steps=max_steps,
+                        max_minutes=max_minutes)
+    return TrainResult(ckpt, result)
+
+
+def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
+    """Write the checkpoint's model in bf16 (config.json, safetensors, tokenizer.json) only."""
+    from decision.model import load_model
+
+    model = load_model(checkpoint, dtype=torch.bfloat16)
+    dest = Path(out_dir)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    model.save(dest)
+    return dest
