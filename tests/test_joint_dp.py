@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -65,9 +66,14 @@ def test_dp_matches_brute_force(problem) -> None:
     autos, logp = problem
     packed = PackedAutomata.pack(autos)
     weights = packed.edge_weights(logp)
-    tokens, score = viterbi(packed, weights)
     log_z = log_partition(packed, weights)
-    marg = token_marginals(packed, weights, tokens)
+    for dense in (True, False):
+        tokens, score = viterbi(packed, weights, dense=dense)
+        marg = token_marginals(packed, weights, tokens, dense=dense)
+        _check(autos, logp, tokens, score, log_z, marg)
+
+
+def _check(autos, logp, tokens, score, log_z, marg) -> None:
     length = logp.shape[1]
     for k, a in enumerate(autos):
         valid = [
@@ -92,13 +98,14 @@ def test_dp_matches_brute_force(problem) -> None:
             assert math.isclose(float(marg[k, t]), p, rel_tol=1e-4, abs_tol=1e-5)
 
 
-def test_ties_break_deterministically() -> None:
+@pytest.mark.parametrize("dense", [True, False])
+def test_ties_break_deterministically(dense: bool) -> None:
     a = TokenAutomaton(
         2, torch.tensor([0, 0]), torch.tensor([0, 1]), torch.tensor([1, 1]),
         torch.tensor([False, True]), budget=1,
     )
     packed = PackedAutomata.pack([a])
     logp = torch.log(torch.full((1, 1, 2), 0.5))
-    first, _ = viterbi(packed, packed.edge_weights(logp))
-    second, _ = viterbi(packed, packed.edge_weights(logp))
+    first, _ = viterbi(packed, packed.edge_weights(logp), dense=dense)
+    second, _ = viterbi(packed, packed.edge_weights(logp), dense=dense)
     assert first.tolist() == second.tolist() == [[0]]

@@ -26,6 +26,8 @@ import torch
 from decision.schemas.compile import TokenAutomaton
 
 NEG_INF = float("-inf")
+DENSE_MAX_STATES = 1024
+DENSE_MAX_CELLS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,12 @@ class PackedAutomata:
     accept: torch.Tensor  # [N] bool
     state_owner: torch.Tensor  # [N] automaton index
     num_automata: int
+    cell: torch.Tensor  # [E] src * N + dst: the edge's cell in a dense [N, N] table
+    same_owner: torch.Tensor | None  # [N, N] float64, 1 where two states share an automaton
+
+    def dense(self, length: int) -> bool:
+        """Whether the dense [L, N, N] tables fit (few tensor ops a position instead of many)."""
+        return self.same_owner is not None and length * self.num_states**2 <= DENSE_MAX_CELLS
 
     @property
     def num_states(self) -> int:
@@ -57,18 +65,26 @@ class PackedAutomata:
             offset += automaton.num_states
         cat = lambda xs: torch.cat(xs).to(device)  # noqa: E731
         sizes = torch.tensor([a.num_edges for a in automata])
+        src = cat([a.src + o for a, o in zip(automata, offsets, strict=True)])
+        dst = cat([a.dst + o for a, o in zip(automata, offsets, strict=True)])
+        owner = torch.repeat_interleave(
+            torch.arange(len(automata)), torch.tensor([a.num_states for a in automata])
+        ).to(device)
+        same = None
+        if offset <= DENSE_MAX_STATES:
+            same = (owner[:, None] == owner[None, :]).double()
         return PackedAutomata(
-            src=cat([a.src + o for a, o in zip(automata, offsets, strict=True)]),
+            src=src,
             tok=cat([a.tok for a in automata]),
-            dst=cat([a.dst + o for a, o in zip(automata, offsets, strict=True)]),
+            dst=dst,
             edge_row=torch.repeat_interleave(torch.tensor(rows), sizes).to(device),
             edge_owner=torch.repeat_interleave(torch.arange(len(automata)), sizes).to(device),
             initial=torch.tensor(offsets, dtype=torch.long, device=device),
             accept=cat([a.accept for a in automata]),
-            state_owner=torch.repeat_interleave(
-                torch.arange(len(automata)), torch.tensor([a.num_states for a in automata])
-            ).to(device),
+            state_owner=owner,
             num_automata=len(automata),
+            cell=src * offset + dst,
+            same_owner=same,
         )
 
     def edge_weights(self, logp: torch.Tensor) -> torch.Tensor:
@@ -90,7 +106,9 @@ def _normalise(x: torch.Tensor, packed: PackedAutomata) -> tuple[torch.Tensor, t
     return x / safe[packed.state_owner], total
 
 
-def forward(packed: PackedAutomata, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward_sparse(
+    packed: PackedAutomata, probs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled forward pass in linear space (float64, rescaled per automaton each position).
 
     Returns alpha ``[L + 1, N]`` (each automaton's states sum to 1 at every t, or 0 when no
@@ -111,7 +129,7 @@ def forward(packed: PackedAutomata, probs: torch.Tensor) -> tuple[torch.Tensor, 
     return torch.stack(out), log_scale + torch.log(final)
 
 
-def backward(packed: PackedAutomata, probs: torch.Tensor) -> torch.Tensor:
+def _backward_sparse(packed: PackedAutomata, probs: torch.Tensor) -> torch.Tensor:
     """Scaled backward pass: beta ``[L + 1, N]`` proportional, per automaton and position, to
     the probability mass of accepted suffixes from each state."""
     beta = packed.accept.to(probs.dtype)
@@ -127,15 +145,13 @@ def backward(packed: PackedAutomata, probs: torch.Tensor) -> torch.Tensor:
 
 def log_partition(packed: PackedAutomata, weights: torch.Tensor) -> torch.Tensor:
     """log Z ``[K]`` per automaton from log-weights ``[E, L]``: log-sum over accepted sequences."""
-    return forward(packed, torch.exp(weights.double()))[1]
+    return _forward_sparse(packed, torch.exp(weights.double()))[1]
 
 
-def viterbi(packed: PackedAutomata, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Best valid sequence per automaton: tokens ``[K, L]`` and its log-weight ``[K]``.
-
-    Backpointers keep, per position and destination state, the lowest-index edge achieving the
-    maximum, so ties break deterministically. An automaton with no valid sequence gets -inf.
-    """
+def _viterbi_sparse(
+    packed: PackedAutomata, weights: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Edge-list Viterbi; backpointers keep the lowest-index maximal edge per state."""
     n, length = packed.num_states, weights.shape[1]
     edges = torch.arange(packed.src.shape[0], device=weights.device)
     alpha = _start(packed, weights.dtype, NEG_INF)
@@ -148,17 +164,8 @@ def viterbi(packed: PackedAutomata, weights: torch.Tensor) -> tuple[torch.Tensor
         pick = pick.scatter_reduce(0, packed.dst[hit], edges[hit], "amin")
         pointers.append(pick)
         alpha = best
-    final = torch.where(packed.accept, alpha, torch.full_like(alpha, NEG_INF))
-    k = packed.num_automata
-    score = torch.full((k,), NEG_INF, dtype=weights.dtype, device=weights.device)
-    score = score.scatter_reduce(0, packed.state_owner, final, "amax")
-    states = torch.arange(n, device=weights.device)
-    at_best = (final == score[packed.state_owner]) & torch.isfinite(final)
-    state = torch.full((k,), n, dtype=torch.long, device=weights.device)
-    state = state.scatter_reduce(0, packed.state_owner[at_best], states[at_best], "amin")
-    valid = torch.isfinite(score)
-    state = torch.where(valid, state, packed.initial)
-    tokens = torch.zeros((k, length), dtype=torch.long, device=weights.device)
+    state, score, valid = _best_final(packed, alpha)
+    tokens = torch.zeros((packed.num_automata, length), dtype=torch.long, device=weights.device)
     sentinel = edges.shape[0]
     for t in range(length - 1, -1, -1):
         edge = pointers[t][state]
@@ -168,8 +175,110 @@ def viterbi(packed: PackedAutomata, weights: torch.Tensor) -> tuple[torch.Tensor
     return tokens, score
 
 
+def _best_final(
+    packed: PackedAutomata, alpha: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per automaton: best accepting state (lowest id on ties), its score, whether finite."""
+    n, k = packed.num_states, packed.num_automata
+    final = torch.where(packed.accept, alpha, torch.full_like(alpha, NEG_INF))
+    score = torch.full((k,), NEG_INF, dtype=alpha.dtype, device=alpha.device)
+    score = score.scatter_reduce(0, packed.state_owner, final, "amax")
+    states = torch.arange(n, device=alpha.device)
+    at_best = (final == score[packed.state_owner]) & torch.isfinite(final)
+    state = torch.full((k,), n, dtype=torch.long, device=alpha.device)
+    state = state.scatter_reduce(0, packed.state_owner[at_best], states[at_best], "amin")
+    valid = torch.isfinite(score)
+    return torch.where(valid, state, packed.initial), score, valid
+
+
+def _viterbi_dense(
+    packed: PackedAutomata, weights: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Viterbi with a dense max-plus table per position: T_t[s, s'] = max over tokens."""
+    n, (e, length) = packed.num_states, weights.shape
+    w = weights.T.contiguous()  # [L, E]
+    index = packed.cell.expand(length, e)
+    table = torch.full((length, n * n), NEG_INF, dtype=w.dtype, device=w.device)
+    table = table.scatter_reduce(1, index, w, "amax")
+    # the token behind each cell's maximum: lowest edge index among the maximal edges
+    hit = (w == table.gather(1, index)) & torch.isfinite(w)
+    edges = torch.arange(e, device=w.device).expand(length, e)
+    best = torch.full((length, n * n), e, dtype=torch.long, device=w.device)
+    best = best.scatter_reduce(1, index, torch.where(hit, edges, e), "amin")
+    table = table.view(length, n, n)
+    alpha = _start(packed, w.dtype, NEG_INF)
+    back = []
+    for t in range(length):
+        alpha, arg = (alpha[:, None] + table[t]).max(0)  # first maximum on ties
+        back.append(arg)
+    state, score, valid = _best_final(packed, alpha)
+    # backtrack over the K automata in plain Python (a few scalars a position), then one gather
+    pointers = torch.stack(back).tolist()
+    path = [state.tolist()]
+    for t in range(length - 1, 0, -1):
+        path.append([pointers[t][s] for s in path[-1]])
+    path.reverse()  # path[t][k] = state after position t
+    after = torch.tensor(path, dtype=torch.long, device=w.device)  # [L, K]
+    before = torch.cat([packed.initial[None, :], after[:-1]])
+    cells = before * n + after
+    edge = best.gather(1, cells)  # [L, K]
+    edge = torch.where(valid[None, :] & (edge < e), edge, torch.zeros_like(edge))
+    return packed.tok[edge].T.contiguous(), score
+
+
+def _dense_sum_table(packed: PackedAutomata, probs: torch.Tensor) -> torch.Tensor:
+    """``[L, N, N]``: M_t[s, s'] = sum of p_t(v) over the tokens v leading from s to s'."""
+    n, length = packed.num_states, probs.shape[1]
+    table = torch.zeros((length, n * n), dtype=probs.dtype, device=probs.device)
+    return table.index_add_(1, packed.cell, probs.T).view(length, n, n)
+
+
+def _rescale(x: torch.Tensor, same_owner: torch.Tensor) -> torch.Tensor:
+    """Divide each automaton's states by their sum (one matmul with the block-ones matrix)."""
+    total = x @ same_owner
+    return x / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def _forward_dense(packed: PackedAutomata, table: torch.Tensor) -> torch.Tensor:
+    """Scaled forward pass as vector-matrix products with the dense tables ``[L, N, N]``."""
+    assert packed.same_owner is not None
+    alpha = _start(packed, table.dtype, 0.0)
+    out = [alpha]
+    for t in range(table.shape[0]):
+        alpha = _rescale(alpha @ table[t], packed.same_owner)
+        out.append(alpha)
+    return torch.stack(out)
+
+
+def _backward_dense(packed: PackedAutomata, table: torch.Tensor) -> torch.Tensor:
+    """Scaled backward pass as matrix-vector products with the dense tables."""
+    assert packed.same_owner is not None
+    beta = packed.accept.to(table.dtype)
+    out = [beta]
+    for t in range(table.shape[0] - 1, -1, -1):
+        beta = _rescale(table[t] @ beta, packed.same_owner)
+        out.append(beta)
+    return torch.stack(out[::-1])
+
+
+def viterbi(
+    packed: PackedAutomata, weights: torch.Tensor, dense: bool | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Best valid sequence per automaton: tokens ``[K, L]`` and its log-weight ``[K]``.
+
+    Ties break deterministically (lowest edge / state index). An automaton without a valid
+    sequence gets -inf. ``dense``: force the dense (True) or edge-list (False) implementation.
+    """
+    if packed.src.shape[0] == 0:  # no edges: nothing is accepted (beyond the empty string)
+        k, length = packed.num_automata, weights.shape[1]
+        score = torch.full((k,), NEG_INF if length else 0.0, device=weights.device)
+        return torch.zeros((k, length), dtype=torch.long, device=weights.device), score
+    use_dense = packed.dense(weights.shape[1]) if dense is None else dense
+    return (_viterbi_dense if use_dense else _viterbi_sparse)(packed, weights)
+
+
 def token_marginals(
-    packed: PackedAutomata, weights: torch.Tensor, tokens: torch.Tensor
+    packed: PackedAutomata, weights: torch.Tensor, tokens: torch.Tensor, dense: bool | None = None
 ) -> torch.Tensor:
     """P(x_t = tokens[k, t] | valid) per automaton and position, ``[K, L]`` (forward-backward).
 
@@ -177,8 +286,11 @@ def token_marginals(
     one position is proportional to the edge marginals with a factor that cancels in the ratio.
     """
     probs = torch.exp(weights.double())
-    alpha, _ = forward(packed, probs)
-    beta = backward(packed, probs)
+    if packed.dense(probs.shape[1]) if dense is None else dense:
+        table = _dense_sum_table(packed, probs)
+        alpha, beta = _forward_dense(packed, table), _backward_dense(packed, table)
+    else:
+        alpha, beta = _forward_sparse(packed, probs)[0], _backward_sparse(packed, probs)
     edge = alpha[:-1, packed.src].T * probs * beta[1:, packed.dst].T  # [E, L]
     chosen = packed.tok[:, None] == tokens[packed.edge_owner]  # [E, L]
     shape = (packed.num_automata, probs.shape[1])
