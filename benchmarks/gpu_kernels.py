@@ -31,6 +31,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+DEVICE = "cuda"  # the dry run in tests/test_kernels_benchmark.py switches these three
+D_CHECK = 128  # head dim of the correctness check
+LENGTHS_CHECK = [1, 7, 63, 65, 200, 1000]
 BUDGET_S = 7 * 60  # stop timing new sizes past this, so the run stays under 8 minutes
 T0 = time.monotonic()
 
@@ -80,10 +83,10 @@ def check_gdn() -> list[str]:
     from decision.kernels.testing import gdn_inputs
 
     bad = []
-    lengths = [1, 7, 63, 65, 200, 1000]
-    x = gdn_inputs(1, sum(lengths), 4, 8, 128, 128, n_states=len(lengths), device="cuda",
+    lengths = LENGTHS_CHECK
+    x = gdn_inputs(1, sum(lengths), 4, 8, D_CHECK, D_CHECK, n_states=len(lengths), device=DEVICE,
                    dtype=torch.float32, seed=int(time.time()))
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device="cuda")
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=DEVICE)
     w = None
     grads = []
     outs = []
@@ -111,7 +114,8 @@ def check_block() -> list[str]:
     from decision.kernels.testing import block_inputs
 
     bad = []
-    x = block_inputs(4, 200, 4, 8, 128, 128, device="cuda", seed=int(time.time()))
+    x = block_inputs(4, max(LENGTHS_CHECK), 4, 8, D_CHECK, D_CHECK, device=DEVICE,
+                     seed=int(time.time()))
     res = []
     for backend, dtype in (("torch", torch.float64), ("triton", torch.float32)):
         leaves = {n: (t.to(dtype).requires_grad_() if t.is_floating_point() else t)
@@ -157,7 +161,8 @@ def report(name: str, ms: float, cost: tuple[float, float], bw: float, rate: flo
     print(f"  {name:46s} {ms:9.3f} ms   floor {floor:8.3f} ms   achieved {floor / ms:6.1%}")
 
 
-def time_gdn(sizes: list[int], bw: float, rate: float) -> None:
+def time_gdn(sizes: list[int], bw: float, rate: float, hk: int = 16, hv: int = 32,
+             d: int = 128) -> None:
     from decision.kernels import chunk_gated_delta_rule
     from decision.kernels.testing import gdn_inputs
 
@@ -166,12 +171,11 @@ def time_gdn(sizes: list[int], bw: float, rate: float) -> None:
     except ImportError:
         fla_gdn = None
         print("  (flash-linear-attention not installed: no fla comparison)")
-    hk, hv, d = 16, 32, 128
     for t in sizes:
         if time.monotonic() - T0 > BUDGET_S:
             print(f"  time budget reached, skipping T={t}")
             break
-        x = gdn_inputs(1, t, hk, hv, d, d, n_states=1, dtype=torch.bfloat16, device="cuda")
+        x = gdn_inputs(1, t, hk, hv, d, d, n_states=1, dtype=torch.bfloat16, device=DEVICE)
         report(f"ours fwd       T={t:6d}", bench(lambda x=x: chunk_gated_delta_rule(
             **x, backend="triton")), gdn_cost(t, hk, hv, d, False), bw, rate)
         leaves = {n: v.requires_grad_() for n, v in x.items()}
@@ -200,16 +204,16 @@ def time_gdn(sizes: list[int], bw: float, rate: float) -> None:
         torch.cuda.empty_cache()
 
 
-def time_block(sizes: list[int], bw: float, rate: float) -> None:
+def time_block(sizes: list[int], bw: float, rate: float, hk: int = 16, hv: int = 32,
+               d: int = 128, b: int = 64) -> None:
     from decision.kernels import block_attention
     from decision.kernels.testing import block_inputs
 
-    hk, hv, d, b = 16, 32, 128, 64
     for l_ in sizes:
         if time.monotonic() - T0 > BUDGET_S:
             print(f"  time budget reached, skipping L={l_}")
             break
-        x = block_inputs(b, l_, hk, hv, d, d, dtype=torch.bfloat16, device="cuda")
+        x = block_inputs(b, l_, hk, hv, d, d, dtype=torch.bfloat16, device=DEVICE)
         report(f"ours fwd       B={b} L={l_:4d}", bench(lambda x=x: block_attention(
             **x, backend="triton")), block_cost(b, l_, hk, hv, d, False), bw, rate)
         report(f"torch ref fwd  B={b} L={l_:4d}", bench(lambda x=x: block_attention(

@@ -1,0 +1,56 @@
+"""benchmarks/gpu_kernels.py: fails fast without CUDA; a CPU dry run of its checks and timings.
+
+The dry run swaps the GPU for the Triton interpreter, tiny sizes and a one-call "timer", so the
+script's own logic (inputs, references, cost model, report) is exercised before a GPU run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from decision.kernels import _dispatch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_kernels.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_kernels_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_exits_with_status_2_without_cuda(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    mod = _load()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(sys, "argv", ["gpu_kernels.py"])
+    with pytest.raises(SystemExit) as err:
+        mod.main()
+    assert err.value.code == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _dispatch.triton_interpreting(), reason="needs the Triton interpreter")
+def test_dry_run_on_cpu(monkeypatch: pytest.MonkeyPatch,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    mod = _load()
+    monkeypatch.setattr(mod, "DEVICE", "cpu")
+    monkeypatch.setattr(mod, "D_CHECK", 16)
+    monkeypatch.setattr(mod, "LENGTHS_CHECK", [1, 7, 65])
+    monkeypatch.setattr(mod, "bench", lambda fn: (fn(), 1.0)[1])
+    assert mod.check_gdn() == []
+    assert mod.check_block() == []
+    mod.time_gdn([65], 1e12, 1e14, hk=1, hv=2, d=16)
+    mod.time_block([7], 1e12, 1e14, hk=1, hv=2, d=16, b=2)
+    out = capsys.readouterr().out
+    assert out.count("achieved") == 6 and "FAIL" not in out
