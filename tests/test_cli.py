@@ -1,0 +1,120 @@
+"""The ``decision`` command: dispatcher, ``serve`` failing cleanly, ``decide`` printing JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from decision.cli import COMMAND_MODULES, build_parser, main
+from decision.serve.testing import single_torch_thread, tiny_checkpoint
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    with single_torch_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_checkpoint(tmp_path_factory.mktemp("cli") / "tiny-model")
+
+
+def test_every_listed_module_registers_its_subcommand() -> None:
+    parser = build_parser()
+    choices = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert {"serve", "decide", "score"} <= set(choices)
+    assert len(choices) >= len(COMMAND_MODULES)
+    args = parser.parse_args(["serve", "--port", "9", "--no-batching"])
+    assert args.port == 9 and args.no_batching and callable(args.func)
+
+
+def test_no_subcommand_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+    assert "COMMAND" in capsys.readouterr().err
+
+
+def test_serve_without_a_model_prints_why_and_exits_nonzero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # fails while loading, before any port is bound
+    assert main(["serve", "--model", str(tmp_path / "absent"), "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot load the model" in err and "absent" in err
+    assert "Traceback" not in err
+
+
+def test_serve_rejects_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--max-batch-size", "0"]) == 2
+    assert "max_batch_size" in capsys.readouterr().err
+
+
+def test_decide_prints_the_json_answer(
+    tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = tmp_path / "lease.txt"
+    document.write_text("The tenant gave 20 days of notice; the lease requires 30 days.")
+    questions = tmp_path / "q.json"
+    questions.write_text(json.dumps([
+        {"id": "timely", "text": "Was notice timely?", "answer": {"type": "boolean"}},
+        {"id": "days", "text": "Days required?",
+         "answer": {"type": "integer", "minimum": 0, "maximum": 90}},
+    ]))
+    for mode in ("joint", "standalone"):
+        status = main(["decide", "--document", str(document), "--questions", str(questions),
+                       "--mode", mode, "--model", str(checkpoint), "--probabilities"])
+        assert status == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["mode"] == mode and data["model"] == "tiny-model"
+        assert [a["id"] for a in data["answers"]] == ["timely", "days"]
+        assert isinstance(data["answers"][0]["value"], bool)
+        assert set(data["answers"][0]["option_probabilities"]) == {"yes", "no"}
+        assert 0 <= data["answers"][1]["value"] <= 90
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[1, 2", "is not JSON"),
+        ('"just text"', "expected a list or an object"),
+        ('[{"id": "a", "text": "Q?", "answer": {"type": "choice", "options": []}}]',
+         "questions.0.answer"),
+        ('{"questions": [{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}], '
+         '"options": {"threshold": 2}}', "threshold"),
+        ('[{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}, '
+         '{"id": "a", "text": "R?", "answer": {"type": "boolean"}}]', "duplicate question id"),
+    ],
+)
+def test_decide_bad_input_exits_2_with_a_message(
+    tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture[str], content: str,
+    message: str,
+) -> None:
+    document = tmp_path / "doc.txt"
+    document.write_text("Some document.")
+    questions = tmp_path / "q.json"
+    questions.write_text(content)
+    status = main(["decide", "--document", str(document), "--questions", str(questions),
+                   "--model", str(checkpoint)])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.startswith("decision decide: error") and message in err
+
+
+def test_decide_missing_files_and_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["decide", "--document", str(tmp_path / "none.txt"), "--questions",
+                 str(tmp_path / "none.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    document = tmp_path / "doc.txt"
+    document.write_text("Some document.")
+    questions = tmp_path / "q.json"
+    questions.write_text('[{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}]')
+    assert main(["decide", "--document", str(document), "--questions", str(questions),
+                 "--model", str(tmp_path / "no-model")]) == 2
+    assert "cannot load the model" in capsys.readouterr().err
