@@ -166,3 +166,14 @@ def test_bf16_model_keeps_fp32_state_and_close_logits() -> None:
     got = bf16.denoise(block, cache)
     assert got.dtype == torch.bfloat16
     assert float((got.float() - ref).norm() / ref.norm()) < 0.03
+
+
+@torch.inference_mode()
+def test_attention_query_chunking_is_exact(model: torch.nn.Module,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from decision.model import attention
+
+    ids = _ids(2, 30, seed=23)
+    ref = model.history_logits(ids)
+    monkeypatch.setattr(attention, "QUERY_CHUNK", 7)
+    torch.testing.assert_close(model.history_logits(ids), ref, atol=1e-6, rtol=1e-5)

@@ -17,6 +17,8 @@ from decision.model.config import DecisionConfig
 from decision.model.norms import ZeroCenteredRMSNorm
 from decision.model.rope import RotaryEmbedding, apply_rope
 
+QUERY_CHUNK = 1024
+
 
 class GatedAttention(nn.Module):
     """One gated attention token mixer; parameter names follow Qwen3.5-MoE's ``self_attn``."""
@@ -59,7 +61,14 @@ class GatedAttention(nn.Module):
         rep = self.hq // self.hkv
         if rep > 1:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None], scale=self.d**-0.5)
+        # queries in chunks: the [L, S] score matrix of a long prefill stays bounded in memory
+        o = torch.cat([
+            F.scaled_dot_product_attention(
+                q[:, :, s : s + QUERY_CHUNK], k, v, attn_mask=allowed[:, None, s : s + QUERY_CHUNK],
+                scale=self.d**-0.5,
+            )
+            for s in range(0, max(q.shape[2], 1), QUERY_CHUNK)
+        ], dim=2)
         b, _, n, _ = o.shape
         o = o.transpose(1, 2).reshape(b, n, self.hq * self.d)
         return self.o_proj(o * torch.sigmoid(gate))
