@@ -58,6 +58,14 @@ function renumber() {
   $("add-question").disabled = questionNodes().length >= 8;
 }
 
+// The one-line summary of a collapsed question: id, answer type and text.
+function summarize(node) {
+  const type = node.querySelector(".q-type").selectedOptions[0].textContent;
+  const id = node.querySelector(".q-id").value.trim() || "(no id)";
+  const text = node.querySelector(".q-text").value.trim() || "(no text)";
+  node.querySelector(".q-summary").textContent = `${id} · ${type} · ${text}`;
+}
+
 function showTypeFields(node) {
   const type = node.querySelector(".q-type").value;
   node.querySelectorAll("[data-for]").forEach((part) => {
@@ -78,12 +86,18 @@ function addQuestion(question) {
   node.querySelector(".q-regex").value = answer.regex ?? "";
   node.querySelector(".q-schema").value = answer.schema ? JSON.stringify(answer.schema) : "";
   node.querySelector(".q-tokens").value = answer.max_tokens ?? "";
-  node.querySelector(".q-type").addEventListener("change", () => showTypeFields(node));
+  node.querySelector(".q-type").addEventListener("change", () => {
+    showTypeFields(node);
+    summarize(node);
+  });
+  node.addEventListener("input", () => summarize(node));
   node.querySelector(".remove").addEventListener("click", () => {
     node.remove();
     renumber();
   });
+  node.querySelector(".q-details").open = !question;  // a new, empty question opens to edit
   showTypeFields(node);
+  summarize(node);
   $("questions").appendChild(node);
   renumber();
 }
@@ -163,6 +177,9 @@ function normalizeField(field) {
 function fieldElement(field) {
   const parts = normalizeField(field);
   if (parts[0] === "options") document.querySelector("details.options").open = true;
+  const question = parts[0] === "questions" && parts.length > 2 ? questionNodes()[Number(parts[1])]
+    : null;
+  if (question) question.querySelector(".q-details").open = true;  // its fields must be visible
   while (parts.length) {
     const path = parts.join(".");
     const found = Array.from(document.querySelectorAll("[data-field]")).find(
@@ -173,9 +190,20 @@ function fieldElement(field) {
   return null;
 }
 
+// The service prefixes pydantic's messages with the field path and "Value error, ": next to
+// the field both are noise.
+function readableMessage(error) {
+  let message = String(error.message || "the request failed");
+  if (error.field && message.startsWith(`${error.field}: `)) {
+    message = message.slice(error.field.length + 2);
+  }
+  message = message.replace(/^Value error, /, "");
+  return message.charAt(0).toUpperCase() + message.slice(1);
+}
+
 function showError(error) {
   demo.error = error;
-  const message = error.message || "the request failed";
+  const message = readableMessage(error);
   const target = error.field ? fieldElement(error.field) : null;
   if (target) {
     target.classList.add("has-error");
@@ -237,6 +265,7 @@ async function run(event) {
   }
   demo.busy = true;
   $("run").disabled = true;
+  $("results").classList.add("stale");  // until this run's answers replace them
   const results = {};
   try {
     for (const mode of MODES) {
@@ -431,6 +460,7 @@ function render(results) {
   }
   warnings.replaceChildren(...parts);
   $("results").hidden = false;
+  $("results").classList.remove("stale");
 }
 
 // ------------------------------------------------------------------ set-up

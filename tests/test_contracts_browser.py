@@ -1,0 +1,176 @@
+"""The contract judgments playground in Debian's headless Chromium, against the real service.
+
+A real uvicorn server (``decision.serve.testing.running_server``) runs the full app with a tiny
+random-weight model; the page at /contracts/ runs a preset in both modes through POST /decide,
+shows every answer and each mode's time, marks a service validation error at its field, and does
+not scroll sideways at a phone width (375 px) or a desktop width. Screenshots go to test-output/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from decision.serve import ServeSettings, create_app
+from decision.serve.testing import running_server, tiny_checkpoint
+
+CHROMIUM = "/usr/bin/chromium"
+OUT = Path(__file__).resolve().parent.parent / "test-output"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+RUN_TIMEOUT_MS = 300_000  # two decodes with a tiny model on a busy 2-core machine
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (Debian "
+                       "package 'chromium'); the playground is tested only in a browser"),
+]
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    checkpoint = tiny_checkpoint(tmp_path_factory.mktemp("contracts-web") / "tiny-model")
+    settings = ServeSettings(model_path=str(checkpoint), request_timeout_s=300)
+    with running_server(create_app(settings)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _open(browser: Any, base: str, width: int, height: int) -> tuple[Any, list[str]]:
+    page = browser.new_page(viewport={"width": width, "height": height})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/contracts/")
+    page.wait_for_function("window.demo && window.demo.ready", timeout=30_000)
+    return page, errors
+
+
+def _run_and_wait(page: Any) -> None:
+    page.evaluate("window.demo.results = null; window.demo.error = null")
+    page.click("#run")
+    page.wait_for_function(
+        "!window.demo.busy && (window.demo.results !== null || window.demo.error !== null)",
+        timeout=RUN_TIMEOUT_MS)
+
+
+def _no_sideways_scroll(page: Any) -> None:
+    scroll, inner = page.evaluate(
+        "[document.scrollingElement.scrollWidth, window.innerWidth]")
+    assert scroll <= inner, f"the page scrolls sideways: scrollWidth {scroll} > {inner}"
+
+
+def test_a_preset_runs_in_both_modes_and_errors_show_at_their_field(server: str, browser: Any
+                                                                     ) -> None:
+    OUT.mkdir(exist_ok=True)
+    page, errors = _open(browser, server, 1280, 900)
+    assert page.locator("#example option").count() == 1 + 9  # "your own" and 9 examples
+    assert "RESIDENTIAL LEASE" in page.input_value("#document")
+    assert page.locator(".question").count() == 8 and page.input_value("#preset") == "lease"
+    # Few steps keep the tiny model fast; the page sends the option through to /decide.
+    page.click("details.options summary")
+    page.fill("#max-steps", "2")
+
+    _run_and_wait(page)
+    assert page.evaluate("window.demo.error") is None, page.evaluate("window.demo.error")
+    for mode in ("joint", "standalone"):
+        values = page.locator(f".cell.{mode} .value").all_inner_texts()
+        assert len(values) == 8 and all(v.strip() and v != "—" for v in values), values
+        confidences = page.locator(f".cell.{mode} .conf").all_inner_texts()
+        assert len(confidences) == 8 and all(c.endswith("%") for c in confidences)
+        card = page.locator(f".mode-card.{mode}")
+        assert card.locator(".time").inner_text().endswith(" ms")
+        assert int(card.locator(".time").inner_text().split()[0]) > 0
+        assert "denoising step" in card.locator(".stats").inner_text()
+        # Option bars under the choice answers (4 of the lease preset's 8 questions).
+        assert page.locator(f".cell.{mode} .bars").count() == 4
+    assert page.locator("#warnings h3").count() == 2  # one rules block per mode
+    assert page.locator(".expected").count() == 8  # the example's answers from the text
+    _no_sideways_scroll(page)
+    page.screenshot(path=str(OUT / "contracts-desktop.png"), full_page=True)
+
+    # A bad schema: repeated options. The service's error lands next to the options field.
+    assert not page.locator(".question").nth(2).locator(".q-options").is_visible()  # collapsed
+    page.locator(".question").nth(2).locator(".q-summary").click()
+    options = page.locator('[data-field="questions.2.answer.options"]')
+    options.locator("input").fill("yes, yes")
+    _run_and_wait(page)
+    error = page.evaluate("window.demo.error")
+    assert error["field"] == "questions.2.answer.choice.options"
+    note = options.locator(".field-error")
+    assert note.is_visible() and "distinct" in note.inner_text()
+    assert page.locator(".field-error").count() == 1
+    assert "marked field" in page.inner_text("#status")
+    page.screenshot(path=str(OUT / "contracts-error.png"))
+
+    # A document too long for the model: the message sits under the document.
+    options.locator("input").fill("yes, no, not stated")
+    page.fill("#document", "The Tenant gave notice on March 3, 2025. " * 800)
+    _run_and_wait(page)
+    note = page.locator('[data-field="document"] .field-error')
+    assert note.is_visible() and "4096" in note.inner_text(), note.inner_text()
+    assert options.locator(".field-error").count() == 0  # the earlier error was cleared
+    assert not errors, errors
+    page.close()
+
+
+def _decided(answers: dict[str, Any], mode: str) -> dict[str, Any]:
+    """A POST /decide response with these answers (values as the lease preset types them)."""
+    out = []
+    for qid, value in answers.items():
+        probs = ({"yes": 0.7, "no": 0.2, "not stated": 0.1} if isinstance(value, str) else None)
+        out.append({"id": qid, "value": value, "text": str(value), "confidence": 0.8,
+                    "option_probabilities": probs})
+    return {"model": "stub", "mode": mode, "answers": out, "steps": 3 if mode == "joint" else 8,
+            "tokens_per_forward": 2.5, "timings": {"total_ms": 123.0}}
+
+
+def test_a_broken_rule_is_flagged_at_phone_width(server: str, browser: Any) -> None:
+    """Fixed answers (the POST /decide route is answered by the test) with "notice late" and "the
+    deposit must be returned" in standalone mode only: the page flags that pair there."""
+    OUT.mkdir(exist_ok=True)
+    page, errors = _open(browser, server, 375, 800)
+    consistent = {"required": 10, "given": 9, "timely": "no", "deposit": "yes", "renews": "no",
+                  "late": 0, "threshold": 3, "terminate": "no"}
+    broken = {**consistent, "deposit": "no"}
+
+    def answer(route: Any) -> None:
+        mode = json.loads(route.request.post_data)["mode"]
+        body = _decided(consistent if mode == "joint" else broken, mode)
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    page.route("**/decide", answer)
+    _run_and_wait(page)
+    assert page.locator(".warning").count() == 1
+    warning = page.locator('.warning[data-mode="standalone"]')
+    assert warning.get_attribute("data-rule") == "late-notice-outcome"
+    assert "timely = no, deposit = no" in warning.inner_text()
+    assert page.locator(".cell.standalone.broken").count() == 2  # timely and deposit
+    assert page.locator(".cell.joint.broken").count() == 0
+    assert "1 of 7 rules broken" in page.inner_text(".mode-card.standalone")
+    assert "all 7 rules kept" in page.inner_text(".mode-card.joint")
+    assert page.inner_text(".mode-card.joint .time") == "123 ms"
+    _no_sideways_scroll(page)
+    # The two answer columns sit side by side under the question at this width.
+    joint = page.locator('.arow[data-question="timely"] .cell.joint').bounding_box()
+    alone = page.locator('.arow[data-question="timely"] .cell.standalone').bounding_box()
+    assert abs(joint["y"] - alone["y"]) < 2 and joint["x"] < alone["x"]
+    assert alone["x"] + alone["width"] <= 375
+    page.screenshot(path=str(OUT / "contracts-phone.png"), full_page=True)
+    page.locator("#results").screenshot(path=str(OUT / "contracts-phone-results.png"))
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(OUT / "contracts-phone-top.png"))
+    assert not errors, errors
+    page.close()
