@@ -1,0 +1,218 @@
+"""Load test of the HTTP service: requests per second and latency percentiles.
+
+Starts ``decision serve`` itself (a subprocess on loopback, one per batching setting), sends a
+bounded number of ``POST /decide`` requests at concurrency 1, 8 and 32, with batching on and off,
+and prints a Markdown table (``--append-docs`` appends it to docs/benchmarks.md under
+"## Service load").
+
+    .venv/bin/python benchmarks/service_load.py                 # tiny random model
+    .venv/bin/python benchmarks/service_load.py --model models/default --requests 96
+
+Without ``--model`` it builds a tiny random checkpoint in a temporary folder: the numbers then
+measure the service (HTTP, queue, batching, decoder loop) around a model whose forwards are
+nearly free, not a trained model's speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from decision.serve.testing import free_port, tiny_checkpoint  # noqa: E402
+
+DOCUMENTS = [
+    "The tenant shall give 30 days of written notice. The tenant gave notice 20 days before "
+    "the end of the term. The landlord may retain the deposit if notice was late.",
+    "Rent of 900 euros is due on day 1 of each month, with a grace period of 5 days. A late fee "
+    "of 40 euros applies after the grace period. Rent for March was paid on day 9.",
+    "The agreement renews automatically for 12 months unless either party objects in writing "
+    "at least 60 days before the end of the term. No objection was received.",
+    "Either party may terminate after two late payments. There were 3 earlier late payments. "
+    "The deposit of 1200 euros is held in escrow by the landlord.",
+]
+QUESTIONS = [
+    {"id": "timely", "text": "Was notice given on time?", "answer": {"type": "boolean"}},
+    {"id": "days", "text": "How many days of notice are required?",
+     "answer": {"type": "integer", "minimum": 0, "maximum": 365}},
+    {"id": "deposit", "text": "May the deposit be retained?",
+     "answer": {"type": "choice", "options": ["yes", "no", "not stated"]}},
+]
+
+
+def body(i: int) -> dict[str, Any]:
+    return {"document": DOCUMENTS[i % len(DOCUMENTS)], "questions": QUESTIONS, "mode": "joint"}
+
+
+@dataclass
+class Cell:
+    batching: bool
+    concurrency: int
+    requests: int
+    seconds: float
+    latencies_ms: list[float]
+    errors: int
+    mean_batch: float
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    def pct(self, q: float) -> float:
+        data = sorted(self.latencies_ms)
+        if not data:
+            return float("nan")
+        # nearest-rank percentile
+        k = max(0, min(len(data) - 1, int(round(q / 100 * len(data) + 0.5)) - 1))
+        return data[k]
+
+
+def _batch_stats(metrics: str) -> tuple[float, float]:
+    count = total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("decision_batch_size_count"):
+            count = float(line.split()[-1])
+        elif line.startswith("decision_batch_size_sum"):
+            total = float(line.split()[-1])
+    return count, total
+
+
+async def run_cell(url: str, concurrency: int, requests: int, batching: bool) -> Cell:
+    latencies: list[float] = []
+    errors = 0
+    counter = iter(range(requests))
+    async with httpx.AsyncClient(timeout=600) as client:
+        before = _batch_stats((await client.get(f"{url}/metrics")).text)
+
+        async def worker() -> None:
+            nonlocal errors
+            for i in counter:
+                start = time.perf_counter()
+                response = await client.post(f"{url}/decide", json=body(i))
+                latencies.append((time.perf_counter() - start) * 1000.0)
+                errors += response.status_code != 200
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        seconds = time.perf_counter() - start
+        after = _batch_stats((await client.get(f"{url}/metrics")).text)
+    batches = after[0] - before[0]
+    mean_batch = (after[1] - before[1]) / batches if batches else float("nan")
+    return Cell(batching, concurrency, requests, seconds, latencies, errors, mean_batch)
+
+
+def start_server(model: Path, port: int, batching: bool, threads: int) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable, "-m", "decision.cli", "serve", "--model", str(model),
+        "--host", "127.0.0.1", "--port", str(port), "--max-batch-size",
+        "32" if batching else "1", "--max-wait-ms", "5", "--queue-size", "512",
+        "--timeout", "600", "--no-apps", "--log-level", "warning",
+    ]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(threads))
+    process = subprocess.Popen(command, env=env, cwd=ROOT)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("the server did not start within 300 s")
+
+
+def table(cells: list[Cell]) -> str:
+    lines = [
+        "| batching | concurrency | requests | req/s | p50 ms | p95 ms | p99 ms | mean batch | "
+        "errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in cells:
+        lines.append(
+            f"| {'on' if c.batching else 'off'} | {c.concurrency} | {c.requests} | {c.rps:.2f} | "
+            f"{c.pct(50):.0f} | {c.pct(95):.0f} | {c.pct(99):.0f} | {c.mean_batch:.1f} | "
+            f"{c.errors} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None,
+                        help="checkpoint directory (default: a tiny random model)")
+    parser.add_argument("--requests", type=int, default=64, help="requests per cell")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the server")
+    parser.add_argument("--append-docs", action="store_true",
+                        help="append the result to docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    if args.requests < 1 or min(args.concurrency) < 1:
+        parser.error("--requests and --concurrency must be positive")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model or tiny_checkpoint(Path(tmp) / "tiny-random")
+        cells: list[Cell] = []
+        for batching in (True, False):
+            port = free_port()
+            server = start_server(model, port, batching, args.threads)
+            try:
+                url = f"http://127.0.0.1:{port}"
+                asyncio.run(run_cell(url, 1, min(4, args.requests), batching))  # warm-up
+                for concurrency in args.concurrency:
+                    cell = asyncio.run(run_cell(url, concurrency, args.requests, batching))
+                    cells.append(cell)
+                    print(f"batching {'on ' if batching else 'off'} c={concurrency:>2}: "
+                          f"{cell.rps:.2f} req/s, p50 {cell.pct(50):.0f} ms, "
+                          f"p99 {cell.pct(99):.0f} ms, mean batch {cell.mean_batch:.1f}",
+                          file=sys.stderr)
+            finally:
+                server.terminate()
+                server.wait(30)
+        model_name = "tiny random model (76k parameters)" if args.model is None else str(
+            args.model)
+
+    command = "python benchmarks/service_load.py " + " ".join(argv or sys.argv[1:])
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    report = "\n".join([
+        "## Service load",
+        "",
+        f"`{command.strip()}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {platform.machine()}, "
+        f"{os.cpu_count()} CPU cores (1-minute load average {load:.1f} at the end: the cores "
+        f"were shared), torch threads {args.threads}, model: {model_name}. Server and client "
+        "on loopback; joint mode, 3 questions (boolean, integer 0..365, 3-way choice) per "
+        "request; batching on = up to 32 requests per batch, 5 ms collection wait; off = one "
+        "request per forward batch.",
+        "",
+        table(cells),
+        "",
+        f"Latency percentiles are nearest-rank over the {args.requests} requests of a cell "
+        "(after 4 warm-up requests); mean batch is requests per `decide_many` call, from the "
+        "server's `/metrics`.",
+        "",
+    ])
+    print(report)
+    if args.append_docs:
+        with (ROOT / "docs" / "benchmarks.md").open("a", encoding="utf-8") as handle:
+            handle.write("\n" + report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
