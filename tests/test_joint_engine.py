@@ -110,6 +110,26 @@ def test_lower_threshold_fewer_steps(model) -> None:
     assert loose.answers[1].value == 2026 and loose.answers[1].confidence == pytest.approx(1.0)
 
 
+def test_slot_scope_fixes_one_token_per_slot(model) -> None:
+    from decision.schemas.compile import compile_answer, tokenizer_context
+
+    ctx = tokenizer_context(model.tokenizer)
+    budgets = [compile_answer(Question.model_validate(q).answer, ctx).budget for q in QUESTIONS]
+    per_slot = decide(model, DOC, QUESTIONS, threshold=1.0,
+                      config=EngineConfig(min_scope="slot"))
+    assert per_slot.steps == max(budgets)
+    assert per_slot.tokens_per_forward == pytest.approx(sum(budgets) / max(budgets))
+    for a in per_slot.answers:
+        assert a.text  # every slot decoded to a valid, non-empty answer
+
+
+def test_model_methods_delegate(model) -> None:
+    via_model = model.decide(DOC, QUESTIONS[:1], mode="standalone", threshold=0.5)
+    direct = decide(model, DOC, QUESTIONS[:1], mode="standalone", threshold=0.5)
+    assert _values(via_model) == _values(direct)
+    assert _values(model.decide_many([{"document": DOC, "questions": QUESTIONS[:1]}])[0])
+
+
 def test_max_steps_forces_completion(model) -> None:
     d = decide(model, DOC, QUESTIONS, threshold=1.0, max_steps=2)
     assert d.steps == 2

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import ValidationError
@@ -48,10 +48,13 @@ class EngineConfig:
     ``max_block_tokens``: the largest answer block ``auto`` puts in one joint pass (a question
     whose slot alone is larger runs standalone). ``reuse_document_cache``: prefill each document
     once and commit the questions onto it; off, every row prefills its whole history.
+    ``min_scope``: the default sampler's "at least one token a step" applies per pass ("row")
+    or per answer slot ("slot"); see ``ThresholdSamplerConfig``.
     """
 
     max_block_tokens: int = 256
     reuse_document_cache: bool = True
+    min_scope: Literal["row", "slot"] = "row"
 
 
 @dataclass
@@ -351,7 +354,7 @@ def _run(
     _sync(device)
     prefill_s = time.perf_counter() - start
     state, block_mask, seg, slots = _block_state(ctx, requests, rows)
-    samplers = _samplers(requests, sampler)
+    samplers = _samplers(requests, sampler, config)
     row_request = torch.tensor([row.request for row in rows])
     row_steps = torch.zeros(len(rows), dtype=torch.long)
     max_steps = torch.tensor([requests[row.request].max_steps or 0 for row in rows])
@@ -381,7 +384,7 @@ def _run(
 
 
 def _samplers(
-    requests: list[_Request], sampler: Sampler | None
+    requests: list[_Request], sampler: Sampler | None, config: EngineConfig
 ) -> list[tuple[torch.Tensor, Sampler]]:
     """One sampler per distinct threshold (requests in a batch may differ), or the given one."""
     if sampler is not None:
@@ -390,7 +393,10 @@ def _samplers(
     for r, req in enumerate(requests):
         by_threshold.setdefault(req.threshold, []).append(r)
     return [
-        (torch.tensor(members), ConstrainedThresholdSampler(ThresholdSamplerConfig(threshold)))
+        (
+            torch.tensor(members),
+            ConstrainedThresholdSampler(ThresholdSamplerConfig(threshold, 1, config.min_scope)),
+        )
         for threshold, members in by_threshold.items()
     ]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
 
@@ -107,10 +107,16 @@ class Sampler(Protocol):
 
 @dataclass(frozen=True)
 class ThresholdSamplerConfig:
-    """``threshold``: fix tokens whose confidence is above it; at least ``min_tokens`` a row."""
+    """``threshold``: fix tokens whose confidence is above it.
+
+    At least ``min_tokens`` are fixed each step in every row (``min_scope="row"``: one pass of
+    one request) or in every slot (``"slot"``: each answer progresses every step, as a batch of
+    standalone rows would; slots' automata are independent, so validity is kept).
+    """
 
     threshold: float = 0.9
     min_tokens: int = 1
+    min_scope: Literal["row", "slot"] = "row"
 
 
 class ConstrainedThresholdSampler:
@@ -154,11 +160,14 @@ class ConstrainedThresholdSampler:
             masked = masked & state.selectable[:, None]
         scores = torch.where(masked, grid_conf, torch.full_like(grid_conf, -2.0))
         chosen = masked & (scores > self.config.threshold)
-        need = (masked.sum(-1) > 0) & (chosen.sum(-1) < self.config.min_tokens)
-        if bool(need.any()):
-            top = scores.topk(min(self.config.min_tokens, length), dim=-1).indices
-            extra = torch.zeros_like(chosen).scatter_(1, top, True) & masked
-            chosen |= extra & need[:, None]
+        if self.config.min_scope == "slot":
+            chosen |= self._slot_minimum(scores, masked, chosen, positions)
+        else:
+            need = (masked.sum(-1) > 0) & (chosen.sum(-1) < self.config.min_tokens)
+            if bool(need.any()):
+                top = scores.topk(min(self.config.min_tokens, length), dim=-1).indices
+                extra = torch.zeros_like(chosen).scatter_(1, top, True) & masked
+                chosen |= extra & need[:, None]
         if force is not None:  # rows out of steps: fix the rest of their Viterbi paths
             chosen |= masked & force[:, None]
         self._option_probabilities(state, index, positions, logp, chosen)
@@ -166,6 +175,27 @@ class ConstrainedThresholdSampler:
         state.confidence = torch.where(chosen, grid_conf, state.confidence)
         state.masked = state.masked & ~chosen
         return StepReport(chosen.sum(-1), time.perf_counter() - start)
+
+    def _slot_minimum(
+        self,
+        scores: torch.Tensor,
+        masked: torch.Tensor,
+        chosen: torch.Tensor,
+        positions: torch.Tensor,
+    ) -> torch.Tensor:
+        """The ``min_tokens`` most confident masked tokens of every slot short of them."""
+        real = positions >= 0
+        pos = positions.clamp(min=0)
+        floor = torch.full(pos.shape, -2.0, dtype=scores.dtype)
+        slot_scores = torch.where(real, scores.reshape(-1)[pos], floor)
+        slot_masked = real & masked.reshape(-1)[pos]
+        slot_chosen = real & chosen.reshape(-1)[pos]
+        need = slot_masked.any(-1) & (slot_chosen.sum(-1) < self.config.min_tokens)
+        top = slot_scores.topk(min(self.config.min_tokens, pos.shape[1]), dim=-1).indices
+        pick = torch.zeros_like(real).scatter_(1, top, True) & slot_masked & need[:, None]
+        extra = torch.zeros(masked.numel(), dtype=torch.bool)
+        extra[pos[pick]] = True
+        return extra.view_as(masked)
 
     @staticmethod
     def _option_probabilities(

@@ -44,6 +44,7 @@ def toy_model(
     vocab_size: int = 400,
     hidden_size: int = 32,
     layers: int = 2,
+    corpus_sentences: int = 300,
 ) -> Any:
     """A random-weight model (GDN layers then one attention layer) with a toy tokenizer.
 
@@ -56,7 +57,7 @@ def toy_model(
     from decision.model.testing import randomize_block_params
     from decision.tokenizer import special_ids, train_tokenizer
 
-    tok = train_tokenizer(lease_sentences(300), vocab_size=vocab_size)
+    tok = train_tokenizer(lease_sentences(corpus_sentences), vocab_size=vocab_size)
     sp = special_ids(tok)
     heads = max(hidden_size // 16, 2)
     config = DecisionConfig(
