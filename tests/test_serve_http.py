@@ -102,6 +102,23 @@ def test_a_decision_in_each_mode(server: str, mode: str) -> None:
     assert {"prefill", "denoise", "total", "total_ms"} <= set(data["timings"])
 
 
+def test_pattern_number_and_json_answers_parse_under_their_schemas(server: str) -> None:
+    """These schemas compile in a guarded child process: also inside the serving process."""
+    body = _with(questions=[
+        _q("ref", {"type": "pattern", "regex": "[A-C][0-9]{2}", "max_tokens": 4}, "Clause?"),
+        _q("rate", {"type": "number", "max_tokens": 5}, "Rate?"),
+        _q("terms", {"type": "json", "max_tokens": 24, "schema": {
+            "type": "object", "properties": {"late": {"type": "boolean"}},
+            "required": ["late"]}}, "Terms?"),
+    ])
+    response = httpx.post(f"{server}/decide", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    ref, rate, terms = response.json()["answers"]
+    assert re.fullmatch("[A-C][0-9]{2}", ref["value"])
+    assert isinstance(rate["value"], float) and float(rate["text"]) == rate["value"]
+    assert isinstance(terms["value"], dict) and isinstance(terms["value"]["late"], bool)
+
+
 def _answers(data: dict[str, Any]) -> list[tuple[str, Any, str]]:
     return [(a["id"], a["value"], a["text"]) for a in data["answers"]]
 
