@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from decision.errors import DecisionInputError
 from decision.joint.layout import Layout, build_layout
@@ -199,6 +199,8 @@ def _questions(raw: Any, mode: str, where: str) -> list[Question]:
     seen: dict[str, int] = {}
     for i, item in enumerate(raw):
         try:
+            if isinstance(item, BaseModel) and not isinstance(item, Question):
+                item = item.model_dump(by_alias=True)  # another layer's question model
             question = item if isinstance(item, Question) else Question.model_validate(item)
         except ValidationError as exc:
             error = exc.errors()[0]
