@@ -66,6 +66,18 @@ def test_commit_from_empty_cache_equals_prefill(model: torch.nn.Module) -> None:
 
 
 @torch.inference_mode()
+def test_empty_inputs_and_empty_rows(model: torch.nn.Module) -> None:
+    assert model.prefill(torch.zeros(2, 0, dtype=torch.long)).lengths.tolist() == [0, 0]
+    cache = model.prefill(_ids(2, 6, seed=24))
+    assert model.denoise(torch.zeros(2, 0, dtype=torch.long), cache).shape == (2, 0, 97)
+    block = _ids(2, 5, seed=25)
+    folded = model.commit(block, cache, block_mask=torch.tensor([[1, 1, 0, 0, 0], [0] * 5]))
+    assert folded.lengths.tolist() == [8, 6]
+    _assert_cache_close(folded.index_select([1]), cache.index_select([1]))
+    assert bool(torch.isfinite(model.denoise(block, model.empty_cache(2))).all())
+
+
+@torch.inference_mode()
 def test_batched_right_padded_prefill_equals_per_row(model: torch.nn.Module) -> None:
     lengths = [30, 12, 1]
     ids = _ids(3, 30, seed=6)

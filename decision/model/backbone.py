@@ -215,6 +215,8 @@ class DecisionModel(nn.Module):
     ) -> tuple[torch.Tensor, HistoryCache]:
         """Causal pass of new tokens after ``cache``: final hidden states and the new cache."""
         h = self.model.embed(ids, seg)
+        if ids.shape[1] == 0:  # nothing to fold in: the cache stays as it is
+            return h, cache
         new_layers: list[LayerCache] = []
         for layer, layer_cache in zip(self.model.layers, cache.layers, strict=True):
             h, new = layer.history(h, mask, cache.lengths, layer_cache)
@@ -227,6 +229,8 @@ class DecisionModel(nn.Module):
     ) -> torch.Tensor:
         """Bidirectional pass of a block after ``cache``: final hidden states [B, L, H]."""
         h = self.model.embed(ids, seg)
+        if ids.shape[1] == 0:
+            return h
         for layer, layer_cache in zip(self.model.layers, cache.layers, strict=True):
             h = layer.block(h, mask, cache.lengths, layer_cache)
         return self.model.norm(h)
