@@ -203,3 +203,28 @@ def test_document_too_long() -> None:
         decide(small, lease_document(10), QUESTIONS[:1])
     assert err.value.field == "document"
     assert "64" in err.value.message and "tokens" in err.value.message
+
+
+class LeftToRight:
+    """A different policy through the same contract: fix each row's leftmost masked token."""
+
+    def step(self, state, logits, force=None):
+        from decision.joint.dp import viterbi
+        from decision.joint.sampler import StepReport
+
+        index, packed, positions = state.active()
+        tokens, _ = viterbi(packed, packed.edge_weights(state.slot_logp(logits, positions)))
+        real = positions >= 0
+        grid = state.ids.reshape(-1).clone()
+        grid[positions[real]] = tokens[real]
+        first = state.masked & (state.masked.cumsum(-1) == 1)
+        state.ids = torch.where(first, grid.view_as(state.ids), state.ids)
+        state.masked = state.masked & ~first
+        return StepReport(first.sum(-1), 0.0)
+
+
+def test_custom_sampler_plugs_in(model) -> None:
+    d = decide(model, DOC, QUESTIONS, sampler=LeftToRight())
+    assert d.steps == _slot_tokens(model, QUESTIONS)
+    assert d.answers[0].value in {"tenant", "landlord", "not stated"}
+    assert 0 <= d.answers[2].value <= 120
