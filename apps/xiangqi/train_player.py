@@ -1,0 +1,227 @@
+"""Train the Xiangqi player: the generic block-diffusion loop on master-game positions.
+
+``python -m apps.xiangqi.train_player --config configs/xiangqi.json [--resume] [--max-minutes M]
+[--export models/xiangqi]``
+
+It reuses ``decision.train`` as is: the config file's ``train`` object is a
+:class:`decision.train.config.TrainConfig`, the loop (:func:`decision.train.loop.train_loop`)
+does the masking, loss, optimiser, progress lines, periodic checkpoints and exact resume. What
+is Xiangqi-specific lives here: the ``xiangqi`` object of the config (data paths and sizes), the
+tokenizer trained on rendered positions, the rows (:mod:`apps.xiangqi.training`) and a validation
+that asks the model exactly as :class:`apps.xiangqi.model_player.ModelPlayer` does.
+
+Small adapters of our own (decision.train.recipe builds its rows from the contracts task only):
+``build_model`` (a fresh model over the tokenizer, as the recipe does) and ``export`` (bf16
+copy of the checkpoint, model files only, keeping the model card beside them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+
+from apps.xiangqi.training import (
+    GameRecord,
+    MoveExample,
+    MoveRowSource,
+    board_at,
+    example_at,
+    load_games,
+    sample_positions,
+    tokenizer_corpus,
+)
+from decision.errors import CheckpointError, DecisionError, DecisionInputError
+from decision.tokenizer import special_ids, train_tokenizer
+from decision.train.config import TrainConfig, config_from_dict
+from decision.train.loop import (
+    CHECKPOINT_DIR,
+    STATE_FILE,
+    LoopHooks,
+    load_trainer_state,
+    train_loop,
+)
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
+MODEL_FILES = ("config.json", "tokenizer.json")
+
+
+@dataclass
+class XiangqiSection:
+    """The Xiangqi data of a run (the ``xiangqi`` object of the config file)."""
+
+    train_games: str = str(DATA / "train-games.jsonl.gz")
+    valid_games: str = str(DATA / "valid-games.jsonl.gz")
+    train_positions: int = 400_000  # sampled (game, ply) references; rows cycle over them
+    fragment_weight: float = 1.0  # weight of a fragment's ply relative to a full game's
+    tokenizer_positions: int = 3000  # rendered positions that train the tokenizer
+    val_positions: int = 48  # validation positions decided every eval_every steps
+    seed: int = 11
+
+
+def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
+    """Read ``{"train": TrainConfig fields, "xiangqi": XiangqiSection fields}`` from JSON."""
+    p = Path(path)
+    if not p.is_file():
+        raise DecisionInputError(f"config file not found: {p}", "config")
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DecisionInputError(f"cannot parse config {p}: {exc}", "config") from exc
+    if not isinstance(raw, dict) or set(raw) - {"train", "xiangqi"}:
+        raise DecisionInputError("config must be an object with 'train' and 'xiangqi'", "config")
+    section = raw.get("xiangqi", {})
+    known = {f.name for f in dataclasses.fields(XiangqiSection)}
+    unknown = set(section) - known
+    if unknown:
+        raise DecisionInputError(f"unknown xiangqi keys {sorted(unknown)}", "xiangqi")
+    return config_from_dict(raw.get("train", {})), XiangqiSection(**section)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def build_tokenizer(games: list[GameRecord], cfg: TrainConfig, xq: XiangqiSection) -> Tokenizer:
+    """Byte-level BPE with single-digit tokens, trained on rendered positions and their moves."""
+    texts = list(tokenizer_corpus(games, xq.tokenizer_positions, xq.seed + 1))
+    return train_tokenizer(texts, cfg.tokenizer.vocab_size)
+
+
+def build_model(cfg: TrainConfig, tokenizer: Tokenizer) -> Any:
+    """A fresh ``DecisionModel`` of the configured size over the tokenizer's vocabulary."""
+    from decision.model import DecisionConfig, DecisionModel
+
+    ids = special_ids(tokenizer)
+    fields = dict(cfg.model.fields)
+    fields.update(vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+                  mask_token_id=ids.mask, pad_token_id=ids.pad, eos_token_id=ids.eos)
+    torch.manual_seed(cfg.run.seed)
+    return DecisionModel(DecisionConfig(**fields), tokenizer=tokenizer)
+
+
+def validation_examples(games: list[GameRecord], count: int, seed: int) -> list[MoveExample]:
+    """A fixed sample of validation positions with more than one legal move."""
+    out: list[MoveExample] = []
+    for ref in sample_positions(games, count * 2, seed):
+        game = games[ref.game]
+        board = board_at(game, ref.ply)
+        if len(board.legal_moves) > 1:
+            out.append(example_at(board, game.moves[ref.ply]))
+        if len(out) == count:
+            break
+    return out
+
+
+def top1(model: Any, examples: list[MoveExample]) -> float:
+    """Share of examples where the decoded move (ModelPlayer's call) is the master's."""
+    from decision.joint.engine import decide
+
+    model.eval()
+    hits = 0
+    for ex in examples:
+        answer = decide(model, ex.document, [ex.question], mode="joint", threshold=0.9)
+        hits += answer.answers[0].value == ex.gold
+    return hits / max(1, len(examples))
+
+
+def train(config: str | Path, resume: bool = False, max_minutes: float | None = None,
+          max_steps: int | None = None, out_dir: str | None = None) -> Path:
+    """Train (or continue) the run; returns its checkpoint directory."""
+    from decision.model import load_model
+
+    cfg, xq = load_player_config(config)
+    if out_dir:
+        cfg.run.out_dir = out_dir
+    torch.set_num_threads(cfg.run.threads)
+    out = Path(cfg.run.out_dir)
+    ckpt = out / CHECKPOINT_DIR
+    t0 = time.monotonic()
+    games = load_games(xq.train_games)
+    valid = load_games(xq.valid_games)
+    log(f"games: {len(games)} train, {len(valid)} valid in {time.monotonic() - t0:.1f} s")
+    state = None
+    if resume and (ckpt / STATE_FILE).is_file():
+        model = load_model(ckpt, dtype=torch.float32)
+        if model.tokenizer is None:
+            raise CheckpointError(f"{ckpt} has no tokenizer.json to resume with")
+        state = load_trainer_state(ckpt)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        tokenizer = build_tokenizer(games, cfg, xq)
+        tokenizer.save(str(out / "tokenizer.json"))
+        model = build_model(cfg, tokenizer)
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
+    refs = sample_positions(games, xq.train_positions, xq.seed, xq.fragment_weight)
+    source = MoveRowSource(games, refs, model.tokenizer)
+    val = validation_examples(valid, xq.val_positions, xq.seed + 2)
+    evals_path = out / "evals.jsonl"
+
+    def validate(m: Any, step: int) -> dict[str, Any]:
+        t = time.monotonic()
+        record = {"top1": round(top1(m, val), 4), "n": len(val),
+                  "eval_s": round(time.monotonic() - t, 1)}
+        with evals_path.open("a") as f:
+            f.write(json.dumps({"step": step, **record}) + "\n")
+        return record
+
+    ids = special_ids(model.tokenizer)
+    hooks = LoopHooks(rows=source.row, pad_token_id=ids.pad, mask_token_id=ids.mask,
+                      validate=validate, log=log)
+    result = train_loop(model, cfg, hooks, out, resume_state=state, max_steps=max_steps,
+                        max_minutes=max_minutes)
+    log(f"done: step {result.step}, {result.stopped_because}")
+    return ckpt
+
+
+def export(checkpoint: str | Path, dest: str | Path) -> Path:
+    """Write the checkpoint's model in bf16 into ``dest`` (other files there, e.g. README, stay)."""
+    from decision.model import load_model
+
+    model = load_model(checkpoint, dtype=torch.bfloat16)
+    out = Path(dest)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in list(out.glob("*.safetensors")) + [out / f for f in MODEL_FILES]:
+        if old.is_file():
+            old.unlink()
+    model.save(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m apps.xiangqi.train_player",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/xiangqi.json")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--max-minutes", type=float, default=None)
+    parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--out-dir", default=None)
+    parser.add_argument("--export", default=None, help="write the bf16 model here afterwards")
+    parser.add_argument("--export-only", action="store_true", help="export without training")
+    args = parser.parse_args(argv)
+    try:
+        if args.export_only:
+            cfg, _ = load_player_config(args.config)
+            ckpt = Path(args.out_dir or cfg.run.out_dir) / CHECKPOINT_DIR
+        else:
+            ckpt = train(args.config, args.resume, args.max_minutes, args.max_steps, args.out_dir)
+        if args.export:
+            export(ckpt, args.export)
+            log(f"exported bf16 model to {args.export}")
+    except DecisionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,193 @@
+"""Positions of recorded games -> decision-model training rows (the Xiangqi player's data).
+
+A training example is exactly what :class:`apps.xiangqi.model_player.ModelPlayer` asks at play
+time: the document ``position_document(board)``, the question ``move_question(board)`` (a
+``choice`` among the legal moves) and, as gold, the move the master played. It is laid out with
+the decoder's own :func:`decision.joint.layout.build_layout` (one question, one slot whose budget
+is the engine's: the longest option in tokens), so training and decoding see the same tokens,
+the same segment ids (question and slot share segment 1: the slot is tied to its question) and
+the same slot length.
+
+Positions are referenced by ``(game index, ply)`` and rendered lazily by replaying the game: a
+training run touches ~10^5 positions out of 2.2M, and replaying costs ~40 us a ply.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from apps.xiangqi.board import Board
+from apps.xiangqi.core import Move
+from apps.xiangqi.dataset import iter_games, start_board
+from apps.xiangqi.render import move_question, position_document
+from decision.errors import DecisionInputError
+from decision.joint.layout import build_layout
+from decision.tokenizer import SpecialIds, special_ids
+from decision.train.masking import ROLE_PLAIN
+from decision.train.rows import KIND_STANDALONE, Row
+
+FULL_GAME_CATEGORY = "對局"  # "game record": complete games; the rest are fragments/exercises
+
+
+@dataclass(frozen=True)
+class GameRecord:
+    """The parts of a recorded game that training needs."""
+
+    start_fen: str
+    moves: tuple[str, ...]
+    category: str
+
+    @property
+    def is_full_game(self) -> bool:
+        return self.category == FULL_GAME_CATEGORY
+
+
+@dataclass(frozen=True)
+class PositionRef:
+    """The position before move ``ply`` (0-based) of game ``game``."""
+
+    game: int
+    ply: int
+
+
+@dataclass(frozen=True)
+class MoveExample:
+    """One decision: the rendered position, the move question and the master's move."""
+
+    document: str
+    question: dict[str, Any]
+    gold: str
+
+
+def load_games(path: str | Path, limit: int | None = None) -> list[GameRecord]:
+    """Read a ``*-games.jsonl.gz`` file (all categories) into memory."""
+    games: list[GameRecord] = []
+    for record in iter_games(path):
+        games.append(GameRecord(record["start_fen"], tuple(record["moves"]), record["category"]))
+        if limit is not None and len(games) >= limit:
+            break
+    return games
+
+
+def iter_positions(game: GameRecord) -> Iterator[tuple[Board, str]]:
+    """Each position of a game (board with its move history) and the move played from it.
+
+    The same board object is yielded and then advanced: copy it to keep it.
+    """
+    board, _ = start_board(game.start_fen)
+    for move in game.moves:
+        yield board, move
+        board.push(Move.from_iccs(move))
+
+
+def board_at(game: GameRecord, ply: int) -> Board:
+    """The board before move ``ply``, with the game's earlier moves on its stack."""
+    if not 0 <= ply < len(game.moves):
+        raise DecisionInputError(f"ply {ply} outside the game's {len(game.moves)} moves", "ply")
+    board, _ = start_board(game.start_fen)
+    for move in game.moves[:ply]:
+        board.push(Move.from_iccs(move))
+    return board
+
+
+def example_at(board: Board, gold: str) -> MoveExample:
+    """The example ModelPlayer would face on ``board``, with ``gold`` checked among the options."""
+    question = move_question(board)
+    if gold not in question["answer"]["options"]:
+        raise DecisionInputError(f"gold move {gold!r} is not legal in {board.fen()}", "gold")
+    return MoveExample(position_document(board), question, gold)
+
+
+def sample_positions(
+    games: Sequence[GameRecord],
+    count: int,
+    seed: int,
+    fragment_weight: float = 1.0,
+) -> list[PositionRef]:
+    """``count`` positions drawn (with replacement) over every ply of every game.
+
+    Each ply of a full game has weight 1 and each ply of a fragment (opening, middlegame, endgame,
+    tactics collections) ``fragment_weight``; draws are deterministic in ``seed``.
+    """
+    if count < 1 or not games:
+        raise DecisionInputError("need at least one game and count >= 1", "count")
+    refs = [(g, len(game.moves)) for g, game in enumerate(games) if game.moves]
+    weights = [n * (1.0 if games[g].is_full_game else fragment_weight) for g, n in refs]
+    rng = random.Random(seed)
+    chosen = rng.choices(range(len(refs)), weights=weights, k=count)
+    return [PositionRef(refs[i][0], rng.randrange(refs[i][1])) for i in chosen]
+
+
+def tokenizer_corpus(games: Sequence[GameRecord], count: int, seed: int) -> Iterator[str]:
+    """Texts that train the tokenizer: rendered positions, their questions and answers."""
+    for ref in sample_positions(games, count, seed):
+        game = games[ref.game]
+        ex = example_at(board_at(game, ref.ply), game.moves[ref.ply])
+        yield ex.document
+        yield ex.question["text"]
+        yield ex.gold
+
+
+def slot_budget(tokenizer: Tokenizer, options: Iterable[str]) -> int:
+    """The engine's slot length for a choice (``ChoiceAnswer.budget``): the longest option."""
+    return max(len(tokenizer.encode(o, add_special_tokens=False).ids) for o in options)
+
+
+def encode_example(ex: MoveExample, tokenizer: Tokenizer, special: SpecialIds) -> Row:
+    """Lay an example out as the decoder does, with the gold move in the slot (EOS-padded)."""
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False).ids
+
+    budget = slot_budget(tokenizer, ex.question["answer"]["options"])
+    layout = build_layout(
+        special, encode(ex.document), [encode(ex.question["text"])], [budget], [encode(ex.gold)]
+    )
+    block_slots = layout.block_slots()
+    slot_of = [-1] * len(layout.block)
+    for span in block_slots:
+        slot_of[span.start : span.end] = [span.question] * span.length
+    return Row(
+        history_ids=layout.history_ids,
+        history_segments=layout.history_segments,
+        block_ids=layout.block,
+        block_segments=layout.block_segments,
+        slot_of=slot_of,
+        roles=[ROLE_PLAIN],
+        kind=KIND_STANDALONE,
+        meta={"gold": ex.gold},
+    )
+
+
+class MoveRowSource:
+    """Training row ``i`` is a pure function of ``i`` (what the loop's exact resume needs).
+
+    Positions with a single legal move are skipped (ModelPlayer never asks about them): row ``i``
+    is the ``i``-th usable reference, cycling over the sampled list.
+    """
+
+    def __init__(self, games: Sequence[GameRecord], refs: Sequence[PositionRef],
+                 tokenizer: Tokenizer) -> None:
+        if not refs:
+            raise DecisionInputError("no positions to train on", "refs")
+        self.games = games
+        self.refs = list(refs)
+        self.tokenizer = tokenizer
+        self.special = special_ids(tokenizer)
+
+    def example(self, i: int) -> MoveExample:
+        for k in range(len(self.refs)):
+            ref = self.refs[(i + k) % len(self.refs)]
+            game = self.games[ref.game]
+            board = board_at(game, ref.ply)
+            if len(board.legal_moves) > 1:
+                return example_at(board, game.moves[ref.ply])
+        raise DecisionInputError("every sampled position has a single legal move", "refs")
+
+    def row(self, i: int) -> Row:
+        return encode_example(self.example(i), self.tokenizer, self.special)
