@@ -314,3 +314,11 @@ def test_the_service_mounts_the_page_and_the_routes() -> None:
             "error": {"type": "validation_error", "field": "preset",
                       "message": "unknown preset 'x'; expected one of ['lease', 'nda', "
                                  "'services']"}}
+
+
+def test_the_docs_list_every_preset_question_and_rule() -> None:
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "contracts-demo.md").read_text()
+    for preset in PRESETS.values():
+        section = docs.split(f"### `{preset.id}`", 1)[1].split("\n### ", 1)[0]
+        for name in [q.id for q in preset.questions] + [r.id for r in preset.rules]:
+            assert f"| `{name}` |" in section, (preset.id, name)

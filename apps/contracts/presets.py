@@ -286,7 +286,7 @@ def check_rules(preset: Preset, answers: Mapping[str, Any]) -> list[RuleCheck]:
 TRI_STATED: tuple[Value, ...] = (CHOICE_YES, CHOICE_NO)
 
 
-def _notice_rules(outcome: str, outcome_words: str, payer: str) -> tuple[Rule, ...]:
+def _notice_rules(outcome: str, noun: str, outcome_words: str, payer: str) -> tuple[Rule, ...]:
     """Rules of the renewal notice: timeliness by the day counts, the outcome clause it drives
     (deposit kept / cancellation fee owed iff the notice is late), and "not stated" together."""
     return (
@@ -300,7 +300,7 @@ def _notice_rules(outcome: str, outcome_words: str, payer: str) -> tuple[Rule, .
                 (Condition("timely", (CHOICE_YES,)),),
                 Condition(outcome, (CHOICE_NO, NOT_STATED))),
         Implies("no-renewal-clause-outcome", "Without a renewal clause (timeliness not stated) "
-                f"the {outcome} question cannot be decided either: it is not stated.",
+                f"the {noun} question cannot be decided either: it is not stated.",
                 (Condition("timely", (NOT_STATED,)),), Condition(outcome, (NOT_STATED,))),
     )
 
@@ -340,7 +340,7 @@ LEASE = Preset(
                        "the Landlord terminate the Lease for late payment?"),
     ),
     rules=(
-        *_notice_rules("deposit", "the Landlord may keep the deposit", "The Tenant"),
+        *_notice_rules("deposit", "deposit", "the Landlord may keep the deposit", "The Tenant"),
         *_renewal_rules(),
         Verdict("termination-by-count", "The Landlord may terminate exactly when the late "
                 "payments reach the threshold.", "terminate", "late", ">=", "threshold"),
@@ -369,7 +369,8 @@ SERVICES = Preset(
                        "How much does the Client owe in late fees in total, in dollars?"),
     ),
     rules=(
-        *_notice_rules("cancel_fee", "the Client owes the cancellation fee", "The Client"),
+        *_notice_rules("cancel_fee", "cancellation fee", "the Client owes the cancellation fee",
+                      "The Client"),
         Verdict("fee-due-by-count", "A late fee is due exactly when there is at least one late "
                 "payment.", "fee_due", "late", ">", 0, if_true=True, if_false=False),
         Verdict("fee-due-by-total", "A late fee is due exactly when the late fees owed are "
