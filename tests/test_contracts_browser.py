@@ -147,8 +147,10 @@ def test_a_broken_rule_is_flagged_at_phone_width(server: str, browser: Any) -> N
     broken = {**consistent, "deposit": "no"}
 
     def answer(route: Any) -> None:
-        mode = json.loads(route.request.post_data)["mode"]
-        body = _decided(consistent if mode == "joint" else broken, mode)
+        request = json.loads(route.request.post_data)
+        fixed = consistent if request["mode"] == "joint" else broken
+        answers = {q["id"]: fixed.get(q["id"], True) for q in request["questions"]}
+        body = _decided(answers, request["mode"])
         route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
 
     page.route("**/decide", answer)
@@ -172,5 +174,28 @@ def test_a_broken_rule_is_flagged_at_phone_width(server: str, browser: Any) -> N
     page.locator("#results").screenshot(path=str(OUT / "contracts-phone-results.png"))
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(OUT / "contracts-phone-top.png"))
+
+    # Your own document and question set: paste, drop a question, add one; no rules then.
+    page.select_option("#example", "")
+    assert page.input_value("#document") == ""
+    page.fill("#document", "The Tenant paid the rent on March 3.")
+    page.select_option("#preset", "")
+    page.locator(".question").nth(7).locator(".remove").click()
+    page.click("#add-question")
+    new = page.locator(".question").nth(7)
+    assert new.locator(".q-text").is_visible()  # a new question opens for editing
+    new.locator(".q-id").fill("paid")
+    new.locator(".q-text").fill("Was the rent paid?")
+    assert page.locator("#add-question").is_disabled()  # 8 questions at most
+    _run_and_wait(page)
+    sent = page.evaluate("window.demo.results.request")
+    assert sent["document"] == "The Tenant paid the rent on March 3."
+    assert sent["questions"][7] == {"id": "paid", "text": "Was the rent paid?",
+                                    "answer": {"type": "boolean"}}
+    assert page.locator('.arow[data-question="paid"] .cell .value').all_inner_texts() == [
+        "yes", "yes"]
+    assert "no rules declared" in page.inner_text("#warnings")
+    assert page.locator(".expected").count() == 0  # not the example's text any more
+    _no_sideways_scroll(page)
     assert not errors, errors
     page.close()

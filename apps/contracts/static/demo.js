@@ -480,7 +480,11 @@ function selectPreset(id) {
 function selectExample(id) {
   $("example").value = id;
   const example = currentExample();
-  if (!example) return;
+  if (!example) {  // "Your own document": an empty box to paste into; the questions stay
+    $("document").value = "";
+    $("document").focus();
+    return;
+  }
   $("document").value = example.document;
   selectPreset(example.preset);
 }
