@@ -3,7 +3,7 @@
 ``prepare`` runs the decoder's own validation (schemas compiled, cached; question count; the
 document's length with the layout the decoder will build) *before* a request is queued, so bad
 input is answered 422 at once and never reaches the worker. ``decide_many`` then decodes a batch
-of prepared requests in one ``decision.joint.engine.decide_many`` call.
+of prepared requests in one ``DecisionModel.decide_many`` call.
 """
 
 from __future__ import annotations
@@ -89,10 +89,8 @@ class ModelEngine:
 
     def decide_many(self, prepared: Sequence[Prepared]) -> list[Any]:
         """Decode prepared requests together (one batch of forwards)."""
-        from decision.joint.engine import decide_many
-
         with self._lock:
-            return decide_many(self.model, [p.request for p in prepared], config=self._config)
+            return self.model.decide_many([p.request for p in prepared], config=self._config)
 
     def info(self) -> ModelInfo:
         return ModelInfo(
