@@ -189,6 +189,7 @@ def _question(answer: dict[str, Any], **extra: Any) -> dict[str, Any]:
 # (name, raw body or JSON object, expected status, error type, expected field or None)
 BAD_REQUESTS: list[tuple[str, Any, int, str, str | None]] = [
     ("malformed JSON", b'{"document": "x", "questions": [', 400, "malformed_json", None),
+    ("body not UTF-8", b'{"document": "\xff\xfe"}', 400, "malformed_json", None),
     ("not an object", [1, 2, 3], 422, "validation_error", None),
     ("missing document", {"questions": _body()["questions"]}, 422, "validation_error",
      "document"),
@@ -251,6 +252,21 @@ def test_bad_request_answered_with_status_and_message(
     assert isinstance(error["message"], str) and len(error["message"]) > 5
     if field is not None:
         assert error["field"] is not None and error["field"].startswith(field), error
+    for needle in MESSAGE_PARTS.get(name, ()):
+        assert needle in error["message"], error
+
+
+# What the message must say, beyond naming the field.
+MESSAGE_PARTS: dict[str, tuple[str, ...]] = {
+    "9 questions in joint mode": ("at most 8", "got 9"),
+    "document longer than the model accepts": ("10000 tokens", "at most 4096"),
+    "body over the size limit": (str(MAX_BODY),),
+    "invalid regex": ("regex",),
+    "duplicate question ids": ("duplicate",),
+    "threshold zero": ("greater than 0",),
+    "threshold above one": ("less than or equal to 1",),
+    "unknown answer type": ("colour",),
+}
 
 
 def test_other_errors_are_json_and_the_server_stays_healthy(server: str) -> None:

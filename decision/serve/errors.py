@@ -88,6 +88,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI's body reader: not UTF-8, too deeply nested, ...
+            return error_response(
+                400, "malformed_json", f"request body is not valid UTF-8 JSON ({exc.detail})"
+            )
         kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
         return error_response(
             exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail)
