@@ -99,7 +99,9 @@ def test_a_decision_in_each_mode(server: str, mode: str) -> None:
     assert by_id["days"]["option_probabilities"] is None
     assert all(0.0 <= a["confidence"] <= 1.0 for a in data["answers"])
     assert data["steps"] >= 1 and data["tokens_per_forward"] > 0
-    assert {"prefill", "denoise", "total", "total_ms"} <= set(data["timings"])
+    assert {"prefill", "denoise", "total", "prepare_ms", "queue_ms", "total_ms"} <= set(
+        data["timings"])
+    assert data["timings"]["queue_ms"] <= data["timings"]["total_ms"]
 
 
 def test_pattern_number_and_json_answers_parse_under_their_schemas(server: str) -> None:

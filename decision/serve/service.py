@@ -120,14 +120,14 @@ class DecisionService:
         prepared = await anyio.to_thread.run_sync(engine.prepare, body)
         prepared_at = time.monotonic()
         try:
-            future = worker.submit(prepared, timeout - (prepared_at - arrived))
+            item = worker.enqueue(prepared, timeout - (prepared_at - arrived))
         except QueueFullError as exc:
             raise ServiceError(429, "overloaded", str(exc)) from None
         except WorkerStoppedError as exc:
             raise ServiceError(503, "unavailable", str(exc)) from None
         remaining = max(0.0, timeout - (time.monotonic() - arrived))
         try:
-            decision = await asyncio.wait_for(asyncio.wrap_future(future), remaining)
+            decision = await asyncio.wait_for(asyncio.wrap_future(item.future), remaining)
         except (TimeoutError, RequestExpiredError):
             raise ServiceError(
                 504, "timeout", f"the request did not finish within {timeout:g} s"
@@ -137,8 +137,10 @@ class DecisionService:
         except DecisionInputError:
             raise
         done = time.monotonic()
+        started = item.started_at if item.started_at is not None else item.enqueued_at
         extra = {
             "prepare_ms": (prepared_at - arrived) * 1000.0,
+            "queue_ms": (started - item.enqueued_at) * 1000.0,
             "total_ms": (done - arrived) * 1000.0,
         }
         return to_response(decision, engine.name, extra)

@@ -131,6 +131,10 @@ class BatchWorker:
         Raises ``QueueFullError`` at once when the queue is full (no waiting: overload is
         reported to the client, who may retry) and ``WorkerStoppedError`` when not running.
         """
+        return self.enqueue(payload, timeout_s).future
+
+    def enqueue(self, payload: Any, timeout_s: float) -> WorkItem:
+        """``submit``, returning the queued item (its ``started_at`` tells the queue wait)."""
         if not self.alive:
             raise WorkerStoppedError("the decision worker is not running")
         item = WorkItem(payload=payload, deadline=time.monotonic() + timeout_s)
@@ -140,7 +144,7 @@ class BatchWorker:
             raise QueueFullError(
                 f"the request queue is full ({self._queue.maxsize} waiting); retry later"
             ) from None
-        return item.future
+        return item
 
     # -- the thread ----------------------------------------------------------------------------
 
