@@ -19,6 +19,7 @@ import pytest
 from apps.contracts import csv_format
 from apps.contracts.generate import main as generate_main
 from decision.cli import main as cli_main
+from decision.errors import DecisionInputError
 from decision.scoring.output import read_predictions
 from decision.scoring.runner import score_csv
 from decision.serve.engine import ModelEngine
@@ -235,3 +236,27 @@ def test_killed_subprocess_then_resumed_equals_uninterrupted(
     assert cli_main(["score", str(input_csv), "--out", str(out), "--mode", "both", "--resume",
                      "--model", str(checkpoint), "--no-progress"]) == 0
     assert out.read_bytes() == full_run.read_bytes()
+
+
+def test_a_group_the_model_rejects_is_skipped_whole(
+    tmp_path: Path, engine: ModelEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "in.csv"
+    rows = [list(csv_format.HEADER)]
+    rows += [["big", "A document." if i == 0 else "", f"q{i}", "Q?", "boolean", "{}", "true"]
+             for i in range(9)]
+    rows += [["small", "Another document.", "q0", "Q?", "boolean", "{}", "false"]]
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    out = tmp_path / "pred.csv"
+    result = score_csv(path, out, engine, mode="joint", show_progress=False)
+    assert [(p.line, p.group_id) for p in result.problems] == [(2, "big")]
+    assert "at most 8 questions" in result.problems[0].reason
+    assert [r.group_id for r in read_predictions(out)] == ["small"]
+    assert "group big skipped" in capsys.readouterr().err
+    # standalone takes the nine questions one per pass
+    result = score_csv(path, out, engine, mode="standalone", show_progress=False)
+    assert result.problems == [] and len(read_predictions(out)) == 10
+    with pytest.raises(DecisionInputError, match=r"in\.csv:2: group 'big'"):
+        score_csv(path, tmp_path / "strict.csv", engine, mode="joint", strict=True,
+                  show_progress=False)
