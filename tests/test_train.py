@@ -1,0 +1,171 @@
+"""Training recipe: config checks, a tiny run whose loss falls, exact resume, the shipped model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from decision.errors import DecisionInputError
+from decision.train.config import TrainConfig, config_from_dict, load_config
+from decision.train.data import Encoder, RowSource, slot_roles
+from decision.train.masking import ROLE_EXTRACTION, ROLE_PLAIN
+from decision.train.recipe import train
+from decision.train.rows import KIND_DOCUMENT, KIND_JOINT
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "configs" / "tiny.json"
+
+
+def tiny_config(out_dir: Path, **run: object) -> TrainConfig:
+    raw = json.loads(TINY.read_text())
+    raw["run"].update({"out_dir": str(out_dir), "eval_every": 10_000, **run})
+    return config_from_dict(raw)
+
+
+def test_config_rejects_unknown_keys_and_wrong_types(tmp_path: Path) -> None:
+    with pytest.raises(DecisionInputError) as err:
+        config_from_dict({"optim": {"learning_rate": 0.1}})
+    assert err.value.field == "optim.learning_rate"
+    with pytest.raises(DecisionInputError):
+        config_from_dict({"run": {"max_steps": "many"}})
+    with pytest.raises(DecisionInputError):
+        config_from_dict({"data": {"p_joint": -1.0}})
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(DecisionInputError):
+        load_config(bad)
+    with pytest.raises(DecisionInputError):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_shipped_configs_load() -> None:
+    for path in (REPO / "configs" / "default.json", TINY):
+        cfg = load_config(path)
+        assert cfg.run.max_steps >= 1
+
+
+def test_rows_follow_the_layout_and_dependencies() -> None:
+    from apps.contracts.generator import generate_group
+    from decision.tokenizer import train_tokenizer
+
+    cfg = tiny_config(Path("unused"))
+    texts = [generate_group(s, 2).document for s in range(30)]
+    tok = train_tokenizer(texts, 400)
+    enc = Encoder(tok)
+    group = next(g for g in (generate_group(s, 2) for s in range(200))
+                 if any(q.is_derived for q in g.questions) and len(g.questions) >= 3)
+    row = enc.group_row(group, list(range(len(group.questions))), KIND_JOINT)
+    assert len(row.roles) == len(group.questions)
+    read = {d for q in group.questions for d in q.depends_on}
+    for q, role in zip(group.questions, row.roles, strict=True):
+        assert role == (ROLE_EXTRACTION if q.qtype in read else ROLE_PLAIN)
+    # slot tokens hold the gold answer then [EOS] padding; markers are never maskable
+    special = enc.special
+    for k in range(len(group.questions)):
+        pos = [j for j, s in enumerate(row.slot_of) if s == k]
+        assert row.block_ids[pos[0] - 1] == special.answers[k]
+        text = tok.decode([row.block_ids[j] for j in pos if row.block_ids[j] != special.eos])
+        assert text == row.meta["gold"][k]
+        assert all(row.block_segments[j] == k + 1 for j in pos)
+    assert slot_roles(group.questions[:1]) == [ROLE_PLAIN]
+    source = RowSource(cfg, tok)
+    kinds = {source.row(i).kind for i in range(40)}
+    assert KIND_DOCUMENT in kinds and KIND_JOINT in kinds
+    assert source.row(7).block_ids == source.row(7).block_ids  # deterministic
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """One uninterrupted tiny run of 24 steps, and one stopped at 12 and resumed."""
+    base = tmp_path_factory.mktemp("train")
+    full = train(tiny_config(base / "full", max_steps=24, log_every=4))
+    part1 = train(tiny_config(base / "split", max_steps=24, log_every=4), max_steps=12)
+    part2 = train(tiny_config(base / "split", max_steps=24, log_every=4), resume=True)
+    return {"full": full, "part1": part1, "part2": part2, "dir": base}
+
+
+def fixed_batch_loss(model: object, cfg: TrainConfig) -> float:
+    """The objective on a fixed batch under a fixed noise draw (rows no training step uses)."""
+    from decision.tokenizer import special_ids
+    from decision.train.loop import batch_loss
+    from decision.train.rows import collate
+
+    tok = model.tokenizer  # type: ignore[attr-defined]
+    ids = special_ids(tok)
+    source = RowSource(cfg, tok)
+    batch = collate([source.row(50_000 + i) for i in range(16)], ids.pad)
+    with torch.no_grad():
+        loss = batch_loss(model, batch, cfg, ids.mask, torch.Generator().manual_seed(5))  # type: ignore[arg-type]
+    return float(loss)
+
+
+def test_tiny_run_loss_is_finite_and_falls(tiny_runs: dict[str, object]) -> None:
+    from decision.model import load_model
+    from decision.train.recipe import build_model
+
+    losses = tiny_runs["full"].loop.losses  # type: ignore[attr-defined]
+    assert len(losses) == 24
+    assert all(torch.isfinite(torch.tensor(losses)))
+    cfg = tiny_config(Path("unused"))
+    trained = load_model(tiny_runs["full"].checkpoint)  # type: ignore[attr-defined]
+    fresh = build_model(cfg, trained.tokenizer)  # the same initial weights (seeded)
+    before, after = fixed_batch_loss(fresh, cfg), fixed_batch_loss(trained, cfg)
+    assert after < 0.85 * before, (before, after)
+
+
+def test_resume_continues_exactly(tiny_runs: dict[str, object]) -> None:
+    full = tiny_runs["full"].loop.losses  # type: ignore[attr-defined]
+    p1 = tiny_runs["part1"].loop  # type: ignore[attr-defined]
+    p2 = tiny_runs["part2"].loop  # type: ignore[attr-defined]
+    assert p1.step == 12 and p2.step == 24
+    assert p1.losses + p2.losses == pytest.approx(full, rel=1e-5, abs=1e-6)
+    from decision.model import load_model
+
+    a = load_model(tiny_runs["full"].checkpoint)  # type: ignore[attr-defined]
+    b = load_model(tiny_runs["part2"].checkpoint)  # type: ignore[attr-defined]
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.allclose(x, y, atol=1e-5), name
+
+
+def test_checkpoint_loads_with_tokenizer_and_exports_bf16(tiny_runs: dict[str, object]) -> None:
+    from decision.model import load_model
+    from decision.train.recipe import export_checkpoint
+
+    ckpt = tiny_runs["full"].checkpoint  # type: ignore[attr-defined]
+    out = export_checkpoint(ckpt, Path(tiny_runs["dir"]) / "export")  # type: ignore[arg-type]
+    model = load_model(out)
+    assert model.tokenizer is not None
+    assert model.dtype == torch.bfloat16
+    assert not (out / "trainer_state.pt").exists()
+
+
+DEFAULT = REPO / "models" / "default"
+
+
+@pytest.mark.skipif(not (DEFAULT / "config.json").is_file(),
+                    reason="models/default not trained yet (the shipped checkpoint is absent)")
+def test_shipped_model_answers_a_group_in_both_modes() -> None:
+    from apps.contracts.generator import generate_group
+    from decision.model import load_model
+    from decision.schemas.models import Question
+
+    total = sum(f.stat().st_size for f in DEFAULT.iterdir())
+    assert total <= 40 * 2**20
+    model = load_model()
+    group = generate_group(20_000_123, 2)
+    questions = [{"id": q.id, "text": q.text, "answer": q.answer} for q in group.questions]
+    for mode in ("joint", "standalone"):
+        decision = model.decide(group.document, questions, mode=mode)
+        assert [a.id for a in decision.answers] == [q.id for q in group.questions]
+        for q, a in zip(group.questions, decision.answers, strict=True):
+            schema = Question(id=q.id, text=q.text, answer=q.answer).answer
+            assert a.value == schema.parse(a.text)
+            if q.answer["type"] == "integer":
+                assert q.answer["minimum"] <= a.value <= q.answer["maximum"]
+            elif q.answer["type"] == "choice":
+                assert a.value in q.answer["options"]
+            else:
+                assert isinstance(a.value, bool)
