@@ -14,7 +14,6 @@ from typing import Annotated, Any, Protocol
 import anyio
 from fastapi import Depends, Request
 
-from decision.errors import DecisionInputError
 from decision.serve.api import AnswerOut, DecideBody, DecideResponse, ModelInfo, check_unique_ids
 from decision.serve.errors import ServiceError
 from decision.serve.metrics import ServiceMetrics
@@ -134,8 +133,6 @@ class DecisionService:
             ) from None
         except WorkerStoppedError as exc:
             raise ServiceError(503, "unavailable", str(exc)) from None
-        except DecisionInputError:
-            raise
         done = time.monotonic()
         started = item.started_at if item.started_at is not None else item.enqueued_at
         extra = {
