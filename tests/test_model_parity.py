@@ -164,3 +164,28 @@ def test_qwen3_next_fused_projections(tmp_path: Path) -> None:
     assert not ours.config.norm_topk_prob
     assert [ours.config.layer_is_moe(i) for i in range(4)] == [False, True, False, False]
     _check(model, tmp_path)
+
+
+def test_mrope_on_text_positions_is_1d_rope() -> None:
+    """Qwen3.5's interleaved M-RoPE with t = h = w positions equals our plain partial RoPE."""
+    from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import (
+        Qwen3_5MoeTextRotaryEmbedding,
+    )
+
+    from decision.model.rope import RotaryEmbedding
+
+    cfg = transformers.Qwen3_5MoeTextConfig(
+        **{**SMALL, "head_dim": 64}, **MOE, num_hidden_layers=1,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5,
+                         "mrope_section": [6, 5, 5], "mrope_interleaved": True},
+    )
+    ref = Qwen3_5MoeTextRotaryEmbedding(cfg)
+    positions = torch.arange(300)[None, :] + 5
+    cos_ref, sin_ref = ref(torch.zeros(1, dtype=torch.float32), positions[None].expand(3, -1, -1))
+    ours = RotaryEmbedding(32, 1e4)
+    cos, sin = ours(positions, torch.float32)
+    torch.testing.assert_close(cos, cos_ref)
+    torch.testing.assert_close(sin, sin_ref)
+    # the reduction is not vacuous: distinct h/w positions give other tables
+    cos_hw, _ = ref(torch.zeros(1), torch.stack([positions, 2 * positions, 3 * positions]))
+    assert not torch.allclose(cos_hw, cos_ref)
