@@ -30,6 +30,9 @@ FLOOR = 1e-3  # relative to max(|reference|, FLOOR): a gradient that is ~0 is co
 # compare those two on the scale of the summands.
 REDUCED_FLOOR = {"scale": 0.1, "calibration": 0.1}
 
+# an overflow or 0 * inf inside an interpreted kernel shows up as a numpy RuntimeWarning: fail on it
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+
 
 @pytest.fixture
 def seed() -> int:
@@ -65,7 +68,8 @@ def _compare(x: dict[str, torch.Tensor], dtype: torch.dtype, tol: float, seed: i
     o = block_attention(**got_in, **kw, backend="triton")
     assert o.dtype == dtype and o.shape == o_ref.shape
     assert _rel_err(o, o_ref) < tol, _rel_err(o, o_ref)
-    w = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64)
+    # the output gradient reaches the kernel in the output dtype: give the reference the same one
+    w = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64).to(dtype).double()
     names = [n for n, t in x.items() if t.is_floating_point()]
     ref_g = torch.autograd.grad((o_ref * w).sum(), [ref_in[n] for n in names])
     got_g = torch.autograd.grad((o.float() * w.to(DEVICE).float()).sum(),

@@ -33,8 +33,14 @@ BF16_TOL = 1e-2
 # Relative error is taken against max(|reference|, FLOOR). With gates near 0, dL/dg is ~1e-8
 # (every term carries a factor exp(g) ~ 1e-5) yet is assembled from O(1) products that cancel
 # (e.g. Gamma_ii = exp(G_i - G_i) = 1 feeds +x into dG_i and -x into dG_i), so its fp32 error is
-# set by those O(1) terms, not by its own size. A floor of 1e-3 still flags any real error.
+# set by those O(1) terms, not by its own size: the fp32 PyTorch reference itself is off by up to
+# 2e-7 absolute there (measured: 3 seeds, B=2, T=100, near-0 gates), so dg gets a floor of 0.05
+# (1e-6 absolute); everything else 1e-3. Both still flag any real error (O(1e-1) or more).
 FLOOR = 1e-3
+FLOOR_G = 0.05
+
+# an overflow or 0 * inf inside an interpreted kernel shows up as a numpy RuntimeWarning: fail on it
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
 
 @pytest.fixture
@@ -60,9 +66,9 @@ def test_triton_runs_interpreted_or_on_cuda() -> None:
     assert triton_chunk.INTERPRETED == INTERPRETED
 
 
-def _rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
+def _rel_err(a: torch.Tensor, ref: torch.Tensor, floor: float = FLOOR) -> float:
     assert torch.isfinite(a).all(), "non-finite values (an unwritten or overflowed element)"
-    return ((a.double() - ref.double()).abs().max() / ref.abs().max().clamp_min(FLOOR)).item()
+    return ((a.double() - ref.double()).abs().max() / ref.abs().max().clamp_min(floor)).item()
 
 
 def _compare(x64: dict[str, torch.Tensor], dtype: torch.dtype, tol: float,
@@ -70,7 +76,8 @@ def _compare(x64: dict[str, torch.Tensor], dtype: torch.dtype, tol: float,
     gen = torch.Generator().manual_seed(seed + 1)
     leaves64 = {n: t.clone().requires_grad_(grads) for n, t in x64.items()}
     o_ref, s_ref = recurrent_gated_delta_rule_torch(**leaves64, cu_seqlens=cu)
-    w_o = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64)
+    # the output gradient reaches the kernel in o's dtype: give the reference the same one
+    w_o = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64).to(dtype).double()
     w_s = torch.randn(s_ref.shape, generator=gen, dtype=torch.float64)
     leaves = {
         n: t.detach().to(DEVICE, torch.float32 if n == "initial_state" else dtype)
@@ -87,7 +94,8 @@ def _compare(x64: dict[str, torch.Tensor], dtype: torch.dtype, tol: float,
     loss = (o.float() * w_o.to(DEVICE).float()).sum() + (s * w_s.to(DEVICE).float()).sum()
     got = torch.autograd.grad(loss, leaves.values())
     for name, a, b in zip(leaves, got, ref_grads, strict=True):
-        assert _rel_err(a, b) < tol, (name, _rel_err(a, b))
+        floor = FLOOR_G if name == "g" else FLOOR
+        assert _rel_err(a, b, floor) < tol, (name, _rel_err(a, b, floor))
 
 
 def _as64(x: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -105,8 +113,12 @@ def test_varlen_all_lengths_grouped_heads(seed: int, poison: None) -> None:
 
 
 def test_batch_gates_near_zero_unaligned_head_dim(seed: int, poison: None) -> None:
-    """B = 2, T = 65 (one full chunk + 1), gates ~0 (state forgotten each step), Dk = 24."""
-    x = gdn_inputs(2, 65, 2, 2, 24, 16, gate="near0", n_states=2, seed=seed)
+    """B = 2, T = 100, gates ~0 (state forgotten each step), Dk = 24.
+
+    The last chunk holds 36 tokens whose cumulative log-decay reaches ~-1000: rows past the end
+    must not meet exp(+1000) (overflow, then 0 * inf = NaN in the backward's P^T dO).
+    """
+    x = gdn_inputs(2, 100, 2, 2, 24, 16, gate="near0", n_states=2, seed=seed)
     _compare(_as64(x, torch.float32), torch.float32, FP32_TOL, None, seed)
 
 

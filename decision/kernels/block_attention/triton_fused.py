@@ -54,10 +54,10 @@ def _l2(x, L2: tl.constexpr, EPS: tl.constexpr):
 @triton.jit
 def _fwd_kernel(
     q_ptr, k_ptr, v_ptr, s_ptr, hl_ptr, scale_ptr, cal_ptr, lle_ptr, m_ptr, o_ptr, lse_ptr,
-    L, rs,
+    of_ptr, L, rs,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BQ: tl.constexpr, BKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    L2: tl.constexpr, EPS: tl.constexpr, PREC: tl.constexpr,
+    L2: tl.constexpr, EPS: tl.constexpr, PREC: tl.constexpr, STORE_F32: tl.constexpr,
 ):
     i_q = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -91,8 +91,10 @@ def _fwd_kernel(
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PREC)
         m_i = m_new
     o = acc / l_i[:, None]
-    tl.store(o_ptr + ((b * L + rq[:, None]) * HV + h) * DV + cv[None, :],
-             o.to(o_ptr.dtype.element_ty), mask=qm[:, None] & (cv[None, :] < DV))
+    o_off = ((b * L + rq[:, None]) * HV + h) * DV + cv[None, :]
+    tl.store(o_ptr + o_off, o.to(o_ptr.dtype.element_ty), mask=qm[:, None] & (cv[None, :] < DV))
+    if STORE_F32:  # fp32 copy of a bf16/fp16 output for D_t = dO_t . O_t in the backward
+        tl.store(of_ptr + o_off, o, mask=qm[:, None] & (cv[None, :] < DV))
     tl.store(lse_ptr + (b * L + rq) * HV + h, m_i + tl.log(l_i), mask=qm)
 
 
@@ -225,9 +227,13 @@ class _BlockAttention(torch.autograd.Function):
         m = _Meta(q, v, rs, l2)
         o = _empty(m.b, m.l, m.hv, m.dv, dtype=v.dtype, device=v.device)
         lse = _empty(m.b, m.l, m.hv, dtype=torch.float32, device=v.device)
-        _fwd_kernel[(m.nq, m.b * m.hv)](q, k, v, state, hl, scale, cal, lle, mask, o, lse, m.l,
-                                        m.rs, **m.consts())
-        ctx.save_for_backward(q, k, v, state, hl, scale, cal, mask, lle, o, lse)
+        # D_t = dO_t . O_t from a bf16-rounded O loses ~1e-2 in the summed dscale/dc: keep an fp32
+        # O for the backward, only when a gradient will be taken and O is not fp32 already
+        store_f32 = any(ctx.needs_input_grad) and o.dtype != torch.float32
+        of = _empty(*o.shape, dtype=torch.float32, device=v.device) if store_f32 else o
+        _fwd_kernel[(m.nq, m.b * m.hv)](q, k, v, state, hl, scale, cal, lle, mask, o, lse, of,
+                                        m.l, m.rs, STORE_F32=store_f32, **m.consts())
+        ctx.save_for_backward(q, k, v, state, hl, scale, cal, mask, lle, of, lse)
         ctx.meta = m
         return o
 

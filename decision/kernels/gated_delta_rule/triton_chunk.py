@@ -76,11 +76,12 @@ def _chunk_rows(cu_ptr, idx_ptr, i_c, BT: tl.constexpr):
 
 
 @triton.jit
-def _intra(q, k, gc, PREC: tl.constexpr, BT: tl.constexpr):
-    """P = (Q K^T * Gamma) on and below the diagonal, Gamma_ij = exp(G_i - G_j)."""
+def _intra(q, k, gc, valid, PREC: tl.constexpr, BT: tl.constexpr):
+    """P = (Q K^T * Gamma) on and below the diagonal, Gamma_ij = exp(G_i - G_j), real rows only."""
     rows = tl.arange(0, BT)
-    lower = rows[:, None] >= rows[None, :]
-    # exponent masked before exp: the upper triangle would be positive and could overflow
+    lower = (rows[:, None] >= rows[None, :]) & valid[:, None]
+    # exponent masked before exp: the upper triangle, and rows past the end (whose G is loaded as
+    # 0), would be positive and can overflow (then 0 * inf = NaN in P^T dO)
     gamma = tl.where(lower, tl.exp(tl.where(lower, gc[:, None] - gc[None, :], 0.0)), 0.0)
     return tl.dot(q, tl.trans(k), input_precision=PREC) * gamma
 
@@ -197,7 +198,7 @@ def _output_fwd_kernel(
     vmask = valid[:, None] & (cv[None, :] < DV)
     vn = tl.load(vn_ptr + (pos[:, None] * HV + i_h) * DV + cv[None, :], mask=vmask, other=0.0)
     o = tl.dot(q * tl.exp(gc)[:, None], s, input_precision=PREC)
-    o += tl.dot(_intra(q, k, gc, PREC, BT), vn, input_precision=PREC)
+    o += tl.dot(_intra(q, k, gc, valid, PREC, BT), vn, input_precision=PREC)
     tl.store(o_ptr + (pos[:, None] * HV + i_h) * DV + cv[None, :],
              o.to(o_ptr.dtype.element_ty), mask=vmask)
 
@@ -242,7 +243,7 @@ def _state_bwd_kernel(
         vmask = valid[:, None] & (cv[None, :] < DV)
         do = tl.load(do_ptr + (pos[:, None] * HV + i_h) * DV + cv[None, :], mask=vmask, other=0.0)
         do = do.to(tl.float32)
-        p = _intra(q, k, gc, PREC, BT)
+        p = _intra(q, k, gc, valid, PREC, BT)
         kd = k * tl.exp(g_last - gc)[:, None]
         dvn = tl.dot(tl.trans(p), do, input_precision=PREC)
         dvn += tl.dot(kd, ds, input_precision=PREC)
