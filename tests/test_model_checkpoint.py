@@ -174,3 +174,14 @@ def test_no_default_model_yet(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     monkeypatch.setattr(checkpoint, "DEFAULT_MODEL_DIR", tmp_path / "models" / "default")
     with pytest.raises(CheckpointError, match="no default model yet: train one or pass a path"):
         decision.load_model()
+
+
+def test_mtp_tensors_ignored_unknown_ones_warned(saved: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    def add(state: dict[str, torch.Tensor]) -> None:
+        state["mtp.layers.0.fc.weight"] = torch.zeros(2, 2)
+        state["model.layers.0.weird.weight"] = torch.zeros(2)
+
+    _rewrite(saved, add)
+    with caplog.at_level(logging.WARNING, logger="decision.model.checkpoint"):
+        decision.load_model(saved)
+    assert "model.layers.0.weird.weight" in caplog.text and "mtp." not in caplog.text
