@@ -20,6 +20,8 @@ COMMAND_MODULES: list[str] = [
     "decision.serve.decide_command",  # decision decide
     "decision.scoring.command",  # decision score
     "apps.xiangqi.cli",  # decision xiangqi
+    "decision.train.cli",  # decision train
+    "decision.evaluate",  # decision eval
     "apps.contracts.demo",  # decision contracts demo
 ]
 
