@@ -50,6 +50,7 @@ def recompute(model: DecisionModel, ids: torch.Tensor, block: int) -> torch.Tens
     """
     mask = torch.ones_like(ids, dtype=torch.bool)
     hidden, _ = model._history_pass(ids, mask, None, model.empty_cache(ids.shape[0]))
+    assert hidden is not None
     return model.lm_head(hidden[:, -block:])
 
 

@@ -51,14 +51,17 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
     def history(
-        self, h: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, cache: LayerCache
+        self, h: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, cache: LayerCache,
+        ffn: bool = True,
     ) -> tuple[torch.Tensor, LayerCache]:
+        """Causal pass; ``ffn=False`` skips the feed-forward (the last layer of a prefill, whose
+        output nothing reads: the cache comes from the token mixer)."""
         x = self.input_layernorm(h)
         if isinstance(cache, GDNCache):
             y, new = self.linear_attn.history(x, mask, cache)
         else:
             y, new = self.self_attn.history(x, mask, lengths, cache)
-        return self._ffn(h + y), new
+        return (self._ffn(h + y) if ffn else h + y), new
 
     def block(
         self, h: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, cache: LayerCache
@@ -211,18 +214,24 @@ class DecisionModel(nn.Module):
         return HistoryCache(torch.zeros(batch_size, dtype=torch.long, device=self.device), layers)
 
     def _history_pass(
-        self, ids: torch.Tensor, mask: torch.Tensor, seg: torch.Tensor | None, cache: HistoryCache
-    ) -> tuple[torch.Tensor, HistoryCache]:
-        """Causal pass of new tokens after ``cache``: final hidden states and the new cache."""
+        self, ids: torch.Tensor, mask: torch.Tensor, seg: torch.Tensor | None,
+        cache: HistoryCache, need_hidden: bool = True,
+    ) -> tuple[torch.Tensor | None, HistoryCache]:
+        """Causal pass of new tokens after ``cache``: final hidden states (None unless
+        ``need_hidden``) and the new cache."""
         h = self.model.embed(ids, seg)
         if ids.shape[1] == 0:  # nothing to fold in: the cache stays as it is
             return h, cache
         new_layers: list[LayerCache] = []
-        for layer, layer_cache in zip(self.model.layers, cache.layers, strict=True):
-            h, new = layer.history(h, mask, cache.lengths, layer_cache)
+        last = len(self.model.layers) - 1
+        for i, (layer, layer_cache) in enumerate(zip(self.model.layers, cache.layers,
+                                                     strict=True)):
+            h, new = layer.history(h, mask, cache.lengths, layer_cache,
+                                   ffn=need_hidden or i < last)
             new_layers.append(new)
         lengths = cache.lengths + mask.sum(-1)
-        return self.model.norm(h), HistoryCache(lengths, tuple(new_layers))
+        new_cache = HistoryCache(lengths, tuple(new_layers))
+        return (self.model.norm(h) if need_hidden else None), new_cache
 
     def _block_pass(
         self, ids: torch.Tensor, mask: torch.Tensor, seg: torch.Tensor | None, cache: HistoryCache
@@ -244,6 +253,7 @@ class DecisionModel(nn.Module):
         mask = self._mask(attention_mask, ids, "attention_mask")
         seg = self._segments(segment_ids, ids, "segment_ids")
         h, _ = self._history_pass(ids, mask, seg, self.empty_cache(ids.shape[0]))
+        assert h is not None
         return self.lm_head(h)
 
     def prefill(
@@ -253,7 +263,8 @@ class DecisionModel(nn.Module):
         ids = self._ids(input_ids, "input_ids")
         mask = self._mask(attention_mask, ids, "attention_mask")
         seg = self._segments(segment_ids, ids, "segment_ids")
-        _, cache = self._history_pass(ids, mask, seg, self.empty_cache(ids.shape[0]))
+        _, cache = self._history_pass(ids, mask, seg, self.empty_cache(ids.shape[0]),
+                                      need_hidden=False)
         return cache
 
     def commit(
@@ -264,7 +275,7 @@ class DecisionModel(nn.Module):
         cache = self._check_cache(cache, ids.shape[0])
         mask = self._mask(block_mask, ids, "block_mask")
         seg = self._segments(segment_ids, ids, "segment_ids")
-        _, new = self._history_pass(ids, mask, seg, cache)
+        _, new = self._history_pass(ids, mask, seg, cache, need_hidden=False)
         return new
 
     def denoise(
