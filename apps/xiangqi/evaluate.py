@@ -1,0 +1,345 @@
+"""Measure the Xiangqi player: agreement with master moves and matches against baseline players.
+
+``python -m apps.xiangqi.evaluate --model models/xiangqi agreement --positions 2000``
+``python -m apps.xiangqi.evaluate --model models/xiangqi match --opponent random --games 100``
+
+* **Agreement**: top-1 agreement of the decoded move with the master's on a fixed sample of
+  validation positions (positions with one legal move are skipped: nothing to decide), also
+  for the positions never seen in training: board and side to move (the FEN's first two fields)
+  do not occur anywhere in the training games. Positions are compared by the rules engine's
+  64-bit Zobrist hash of placement + side to move, which is equal exactly for equal FEN board and
+  side up to hash collisions (probability ~ 2.2M / 2^64, negligible).
+* **Matches**: games of :class:`~apps.xiangqi.model_player.ModelPlayer` against
+  :class:`~apps.xiangqi.players.RandomPlayer` or :class:`~apps.xiangqi.players.GreedyPlayer` with
+  :func:`~apps.xiangqi.players.play_game`, half with each colour. Score = wins + draws / 2; a game
+  stopped by the ply limit is unfinished and counted as a draw (reported separately).
+
+Both use the service's decision path (``decision.joint.engine``: the prompt ``position_document``
++ ``move_question``, constrained ``choice`` decoding). For speed, concurrent decisions are batched
+with ``decide_many`` (:class:`BatchingModel`): each game runs in its own thread with its own
+``ModelPlayer``, whose ``model.decide`` calls are gathered into one batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from apps.xiangqi.board import Board
+from apps.xiangqi.model_player import ModelPlayer
+from apps.xiangqi.players import GreedyPlayer, Player, RandomPlayer, play_game
+from apps.xiangqi.training import (
+    GameRecord,
+    MoveExample,
+    board_at,
+    example_at,
+    iter_positions,
+    load_games,
+    sample_positions,
+)
+from decision.errors import DecisionInputError
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
+
+
+# ---------------------------------------------------------------------- batching
+
+
+class BatchingModel:
+    """``decide`` with DecisionModel's signature; concurrent calls are answered by one batch.
+
+    A collector thread takes the first waiting request, then gathers more until ``expected()``
+    requests are waiting (the games that can ask now) or ``wait_s`` passes, and answers them all
+    with ``decide_many`` (the same engine ``decide`` uses).
+    """
+
+    def __init__(self, model: Any, expected: Callable[[], int] | None = None,
+                 max_batch: int = 64, wait_s: float = 0.5) -> None:
+        self.model = model
+        self.tokenizer = model.tokenizer
+        self.expected = expected or (lambda: max_batch)
+        self.max_batch = max_batch
+        self.wait_s = wait_s
+        self.batches: list[int] = []  # size of every batch run
+        self._queue: queue.Queue[tuple[dict[str, Any], Future[Any]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._collect, daemon=True)
+        self._thread.start()
+
+    def decide(self, document: str, questions: list[Any], mode: str = "joint",
+               threshold: float = 0.9, **_: Any) -> Any:
+        fut: Future[Any] = Future()
+        request = {"document": document, "questions": questions, "mode": mode,
+                   "threshold": threshold}
+        self._queue.put((request, fut))
+        return fut.result()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def _collect(self) -> None:
+        from decision.joint.engine import decide_many
+
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            deadline = time.monotonic() + self.wait_s
+            while len(batch) < min(self.max_batch, max(1, self.expected())):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    item = self._queue.get(timeout=left)
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)
+                    break
+                batch.append(item)
+            self.batches.append(len(batch))
+            try:
+                results = decide_many(self.model, [r for r, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - handed to every waiting caller
+                for _, fut in batch:
+                    fut.set_exception(exc)
+                continue
+            for (_, fut), result in zip(batch, results, strict=True):
+                fut.set_result(result)
+
+
+# ---------------------------------------------------------------------- agreement
+
+
+def position_key(board: Board) -> int:
+    """Placement + side to move (the FEN's first two fields), as the Zobrist hash."""
+    return board.zobrist_hash()
+
+
+def training_keys(games: Iterable[GameRecord]) -> set[int]:
+    """Keys of every position (before each move, and the final one) of the training games."""
+    keys: set[int] = set()
+    for game in games:
+        board = None
+        for board, _ in iter_positions(game):
+            keys.add(position_key(board))
+        if board is not None:
+            keys.add(position_key(board))
+    return keys
+
+
+def cached_training_keys(games_path: str | Path, cache: str | Path | None) -> set[int]:
+    """:func:`training_keys`, stored as a sorted uint64 ``.npy`` at ``cache`` once computed."""
+    import numpy as np
+
+    if cache is not None and Path(cache).is_file():
+        return {int(k) for k in np.load(cache)}
+    keys = training_keys(load_games(games_path))
+    if cache is not None:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        np.save(cache, np.array(sorted(keys), dtype=np.uint64))
+    return keys
+
+
+@dataclass
+class AgreementResult:
+    positions: int
+    top1: float
+    unseen_positions: int
+    unseen_top1: float | None
+    legal: int  # decoded moves that were legal options
+    seconds: float
+    by_phase: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def agreement_sample(games: Sequence[GameRecord], count: int, seed: int
+                     ) -> list[tuple[MoveExample, int, int]]:
+    """A fixed sample of validation positions (example, position key, ply) with > 1 legal move."""
+    out: list[tuple[MoveExample, int, int]] = []
+    for ref in sample_positions(games, count * 2, seed):
+        game = games[ref.game]
+        board = board_at(game, ref.ply)
+        if len(board.legal_moves) > 1:
+            out.append((example_at(board, game.moves[ref.ply]), position_key(board), ref.ply))
+        if len(out) == count:
+            break
+    return out
+
+
+def _phase(ply: int) -> str:
+    return "opening (ply < 20)" if ply < 20 else "middle (20-79)" if ply < 80 else "late (80+)"
+
+
+def agreement(model: Any, sample: Sequence[tuple[MoveExample, int, int]], seen: set[int],
+              batch_size: int = 32) -> AgreementResult:
+    """Decode every sample position (batched ``decide_many``) and compare with the gold move."""
+    from decision.joint.engine import decide_many
+
+    t0 = time.monotonic()
+    hits = legal = unseen = unseen_hits = 0
+    phases: dict[str, list[int]] = {}
+    for start in range(0, len(sample), batch_size):
+        chunk = sample[start : start + batch_size]
+        requests = [{"document": ex.document, "questions": [ex.question], "mode": "joint",
+                     "threshold": 0.9} for ex, _, _ in chunk]
+        for (ex, key, ply), decision in zip(chunk, decide_many(model, requests), strict=True):
+            move = decision.answers[0].value
+            legal += move in ex.question["answer"]["options"]
+            hit = move == ex.gold
+            hits += hit
+            phases.setdefault(_phase(ply), []).append(hit)
+            if key not in seen:
+                unseen += 1
+                unseen_hits += hit
+    n = len(sample)
+    return AgreementResult(
+        positions=n, top1=hits / max(1, n), unseen_positions=unseen,
+        unseen_top1=unseen_hits / unseen if unseen else None, legal=legal,
+        seconds=round(time.monotonic() - t0, 1),
+        by_phase={k: {"n": len(v), "top1": sum(v) / len(v)} for k, v in sorted(phases.items())},
+    )
+
+
+# ---------------------------------------------------------------------- matches
+
+
+@dataclass
+class MatchResult:
+    opponent: str
+    games: int
+    max_plies: int
+    wins: int
+    draws: int  # finished draws (repetition, no-capture limit)
+    unfinished: int  # stopped at max_plies, counted as draws in the score
+    losses: int
+    score: float  # (wins + (draws + unfinished) / 2) / games
+    model_moves: int
+    seconds: float
+    results: list[dict[str, Any]]
+
+
+def _opponent(name: str, seed: int) -> Player:
+    if name == "random":
+        return RandomPlayer(seed)
+    if name == "greedy":
+        return GreedyPlayer(seed)
+    raise DecisionInputError(f"opponent must be 'random' or 'greedy', got {name!r}", "opponent")
+
+
+def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed: int = 0,
+               concurrency: int = 50) -> MatchResult:
+    """``games`` games of ModelPlayer vs ``opponent`` (even index: the model plays red)."""
+    if games < 1 or max_plies < 1:
+        raise DecisionInputError("games and max_plies must be >= 1", "games")
+    finished = [0]
+    lock = threading.Lock()
+    # games that can ask at once: every running game until fewer than `concurrency` are left
+    batching = BatchingModel(model, expected=lambda: min(concurrency, games - finished[0]),
+                             max_batch=concurrency)
+
+    def one(i: int) -> dict[str, Any]:
+        model_red = i % 2 == 0
+        me = ModelPlayer(batching, name="xiangqi-model")
+        other = _opponent(opponent, seed + i)
+        red, black = (me, other) if model_red else (other, me)
+        try:
+            result, moves = play_game(red, black, max_plies=max_plies)
+        finally:
+            with lock:
+                finished[0] += 1
+        mine = "1-0" if model_red else "0-1"
+        theirs = "0-1" if model_red else "1-0"
+        outcome = ("win" if result == mine else "loss" if result == theirs
+                   else "draw" if result == "1/2-1/2" else "unfinished")
+        model_moves = sum(1 for k in range(len(moves)) if (k % 2 == 0) == model_red)
+        return {"game": i, "model": "red" if model_red else "black", "result": result,
+                "outcome": outcome, "plies": len(moves), "model_moves": model_moves,
+                "moves": " ".join(moves)}
+
+    t0 = time.monotonic()
+    try:
+        with ThreadPoolExecutor(max_workers=min(concurrency, games)) as pool:
+            results = list(pool.map(one, range(games)))
+    finally:
+        batching.close()
+    count = {k: sum(r["outcome"] == k for r in results)
+             for k in ("win", "draw", "unfinished", "loss")}
+    return MatchResult(
+        opponent=opponent, games=games, max_plies=max_plies, wins=count["win"],
+        draws=count["draw"], unfinished=count["unfinished"], losses=count["loss"],
+        score=(count["win"] + (count["draw"] + count["unfinished"]) / 2) / games,
+        model_moves=sum(r["model_moves"] for r in results),
+        seconds=round(time.monotonic() - t0, 1), results=results,
+    )
+
+
+# ---------------------------------------------------------------------- command line
+
+
+def _load(path: str) -> Any:
+    from decision import load_model
+
+    return load_model(path, dtype=torch.float32)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m apps.xiangqi.evaluate",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="models/xiangqi")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=None, help="write the result as JSON here")
+    sub = parser.add_subparsers(dest="command", required=True)
+    agr = sub.add_parser("agreement")
+    agr.add_argument("--positions", type=int, default=2000)
+    agr.add_argument("--seed", type=int, default=2026)
+    agr.add_argument("--batch-size", type=int, default=32)
+    agr.add_argument("--train-games", default=str(DATA / "train-games.jsonl.gz"))
+    agr.add_argument("--valid-games", default=str(DATA / "valid-games.jsonl.gz"))
+    agr.add_argument("--keys-cache", default="runs/xiangqi-train-keys.npy",
+                     help="where the training positions' keys are kept between runs")
+    keys = sub.add_parser("keys", help="compute and cache the training positions' keys")
+    keys.add_argument("--train-games", default=str(DATA / "train-games.jsonl.gz"))
+    keys.add_argument("--keys-cache", default="runs/xiangqi-train-keys.npy")
+    mat = sub.add_parser("match")
+    mat.add_argument("--opponent", choices=("random", "greedy"), required=True)
+    mat.add_argument("--games", type=int, default=100)
+    mat.add_argument("--max-plies", type=int, default=150)
+    mat.add_argument("--seed", type=int, default=0)
+    mat.add_argument("--concurrency", type=int, default=50)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.command == "keys":
+        keys = cached_training_keys(args.train_games, args.keys_cache)
+        print(f"{len(keys)} distinct training positions in {args.keys_cache}")
+        return 0
+    model = _load(args.model)
+    if args.command == "agreement":
+        sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
+        seen = cached_training_keys(args.train_games, args.keys_cache)
+        result: Any = agreement(model, sample, seen, args.batch_size)
+    else:
+        result = play_match(model, args.opponent, args.games, args.max_plies, args.seed,
+                            args.concurrency)
+    record = asdict(result)
+    summary = {k: v for k, v in record.items() if k != "results"}
+    print(json.dumps(summary, indent=2))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,230 @@
+"""The Xiangqi player's training data, a tiny training run, the evaluation, the shipped model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from apps.xiangqi.board import Board
+from apps.xiangqi.evaluate import (
+    BatchingModel,
+    agreement,
+    agreement_sample,
+    play_match,
+    position_key,
+    training_keys,
+)
+from apps.xiangqi.model_player import XIANGQI_CHECKPOINT, ModelPlayer
+from apps.xiangqi.render import move_question, position_document
+from apps.xiangqi.train_player import build_model, load_player_config
+from apps.xiangqi.training import (
+    GameRecord,
+    MoveRowSource,
+    board_at,
+    encode_example,
+    example_at,
+    iter_positions,
+    load_games,
+    sample_positions,
+    tokenizer_corpus,
+)
+from decision.errors import DecisionInputError
+from decision.joint.layout import build_layout
+from decision.tokenizer import special_ids, train_tokenizer
+from decision.train.config import config_from_dict
+from decision.train.loop import LoopHooks, train_loop
+
+VALID = Path(__file__).resolve().parents[2] / "shared" / "data" / "xiangqi" / "valid-games.jsonl.gz"
+pytestmark = pytest.mark.skipif(not VALID.is_file(), reason=f"no game data at {VALID}")
+
+TINY_FIELDS: dict[str, Any] = dict(
+    hidden_size=32, num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
+    num_attention_heads=2, num_key_value_heads=1, head_dim=16, linear_num_key_heads=1,
+    linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+    intermediate_size=64, max_position_embeddings=1024,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def games() -> list[GameRecord]:
+    return load_games(VALID, limit=40)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(games: list[GameRecord]) -> Any:
+    return train_tokenizer(list(tokenizer_corpus(games, 30, seed=1)), vocab_size=420)
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer: Any) -> Any:
+    cfg = config_from_dict({"model": TINY_FIELDS})
+    return build_model(cfg, tokenizer).eval()
+
+
+def test_positions_replay_the_game(games: list[GameRecord]) -> None:
+    game = games[0]
+    plies = [(board.fen(), move) for board, move in iter_positions(game)]
+    assert [m for _, m in plies] == list(game.moves)
+    assert board_at(game, 3).fen() == plies[3][0]
+    assert board_at(game, 3).move_stack[-1].iccs() == game.moves[2]
+    with pytest.raises(DecisionInputError):
+        board_at(game, len(game.moves))
+
+
+def test_example_is_what_model_player_asks_with_the_played_move(games: list[GameRecord]) -> None:
+    for game in games[:3]:
+        for ply in (0, 1, len(game.moves) // 2, len(game.moves) - 1):
+            board = board_at(game, ply)
+            ex = example_at(board, game.moves[ply])
+            assert ex.document == position_document(board)
+            assert ex.question == move_question(board)
+            assert ex.gold == game.moves[ply]
+            assert ex.gold in ex.question["answer"]["options"]
+    with pytest.raises(DecisionInputError, match="not legal"):
+        example_at(Board(), "a0a5")
+
+
+def test_row_uses_the_decoder_layout_and_holds_the_gold_move(
+    games: list[GameRecord], tokenizer: Any
+) -> None:
+    special = special_ids(tokenizer)
+    game = games[1]
+    ex = example_at(board_at(game, 5), game.moves[5])
+    row = encode_example(ex, tokenizer, special)
+
+    def enc(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False).ids
+
+    budget = max(len(enc(o)) for o in ex.question["answer"]["options"])
+    decode = build_layout(special, enc(ex.document), [enc(ex.question["text"])], [budget])
+    assert row.history_ids == decode.history_ids  # same prompt as decoding
+    assert row.history_segments == decode.history_segments
+    assert row.block_segments == decode.block_segments  # slot tied to its question (segment 1)
+    assert len(row.block_ids) == len(decode.block)
+    assert row.block_ids[0] == special.answers[0]
+    assert row.slot_of == [-1] + [0] * budget
+    answer = [t for t in row.block_ids[1:] if t != special.eos]
+    assert tokenizer.decode(answer).replace(" ", "") == ex.gold
+
+
+def test_sampling_is_deterministic_and_weights_fragments(games: list[GameRecord]) -> None:
+    a = sample_positions(games, 50, seed=3)
+    assert a == sample_positions(games, 50, seed=3)
+    assert a != sample_positions(games, 50, seed=4)
+    assert all(0 <= r.ply < len(games[r.game].moves) for r in a)
+    mixed = games[:4] + [GameRecord(games[5].start_fen, games[5].moves, "中局")]
+    refs = sample_positions(mixed, 200, seed=1, fragment_weight=0.0)
+    assert all(r.game < 4 for r in refs)
+    with pytest.raises(DecisionInputError):
+        sample_positions(games, 0, seed=1)
+
+
+def test_row_source_skips_forced_moves(games: list[GameRecord], tokenizer: Any) -> None:
+    source = MoveRowSource(games, sample_positions(games, 20, seed=2), tokenizer)
+    for i in range(5):
+        ex = source.example(i)
+        assert len(ex.question["answer"]["options"]) > 1
+        assert source.row(i).block_ids == source.row(i).block_ids  # pure function of i
+
+
+def test_tiny_training_run_loss_is_finite_and_falls(
+    games: list[GameRecord], tokenizer: Any, tmp_path: Path
+) -> None:
+    cfg = config_from_dict({
+        "model": TINY_FIELDS,
+        "optim": {"lr": 0.01, "warmup_steps": 2, "batch_size": 2},
+        "run": {"out_dir": str(tmp_path), "max_steps": 20, "log_every": 10, "eval_every": 1000,
+                "threads": 1, "checkpoint_minutes": 100.0, "denoise_draws": 2},
+    })
+    model = build_model(cfg, tokenizer)
+    source = MoveRowSource(games, sample_positions(games, 2, seed=5), tokenizer)  # memorise 2
+    ids = special_ids(tokenizer)
+    hooks = LoopHooks(rows=source.row, pad_token_id=ids.pad, mask_token_id=ids.mask,
+                      log=lambda s: None)
+    result = train_loop(model, cfg, hooks, tmp_path)
+    losses = torch.tensor(result.losses)
+    assert result.step == 20 and bool(torch.isfinite(losses).all())
+    assert losses[-5:].mean() < 0.7 * losses[:5].mean()
+
+
+def test_player_config_file_is_valid_and_strict(tmp_path: Path) -> None:
+    cfg, xq = load_player_config(Path(__file__).resolve().parents[1] / "configs/xiangqi.json")
+    assert cfg.run.threads == 1 and xq.train_positions > 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"xiangqi": {"train_positons": 5}}))
+    with pytest.raises(DecisionInputError, match="unknown xiangqi keys"):
+        load_player_config(bad)
+
+
+def test_agreement_on_tiny_model_is_well_formed(games: list[GameRecord], tiny: Any) -> None:
+    sample = agreement_sample(games, 6, seed=1)
+    seen = training_keys(games[:2])
+    result = agreement(tiny, sample, seen, batch_size=4)
+    assert result.positions == 6 and result.legal == 6
+    assert 0.0 <= result.top1 <= 1.0
+    unseen = sum(key not in seen for _, key, _ in sample)
+    assert result.unseen_positions == unseen
+    assert sum(p["n"] for p in result.by_phase.values()) == 6
+
+
+def test_batched_decisions_equal_model_player_alone(games: list[GameRecord], tiny: Any) -> None:
+    boards = [board_at(games[2], p) for p in (0, 7, 12)]
+    alone = [ModelPlayer(tiny).choose(b) for b in boards]
+    batching = BatchingModel(tiny, max_batch=4, wait_s=0.05)
+    try:
+        assert [ModelPlayer(batching).choose(b) for b in boards] == alone
+    finally:
+        batching.close()
+
+
+def test_match_on_tiny_model_plays_only_legal_moves(tiny: Any) -> None:
+    result = play_match(tiny, "greedy", games=2, max_plies=8, seed=0, concurrency=2)
+    assert result.games == 2 and len(result.results) == 2
+    assert result.wins + result.draws + result.unfinished + result.losses == 2
+    assert [r["model"] for r in result.results] == ["red", "black"]
+    assert result.model_moves == sum(r["model_moves"] for r in result.results) > 0
+    for record in result.results:  # replay: every move (the model's included) is legal
+        board = Board()
+        for move in record["moves"].split():
+            board.push_iccs(move)
+        assert board.result() == record["result"]
+    with pytest.raises(DecisionInputError):
+        play_match(tiny, "minimax", games=1)
+
+
+def test_position_key_is_placement_and_side() -> None:
+    a, b = Board(), Board()
+    for move in ("h2e2", "h9g7", "b0c2", "i9i8"):
+        a.push_iccs(move)
+    for move in ("b0c2", "i9i8", "h2e2", "h9g7"):  # same position by another order
+        b.push_iccs(move)
+    assert position_key(a) == position_key(b)
+    assert position_key(Board()) != position_key(Board(Board().fen().replace(" w ", " b ")))
+
+
+@pytest.mark.skipif(not (XIANGQI_CHECKPOINT / "config.json").is_file(),
+                    reason="no shipped checkpoint at models/xiangqi yet")
+def test_shipped_model_loads_and_plays_legal_moves(games: list[GameRecord]) -> None:
+    from decision import load_model
+
+    model = load_model(str(XIANGQI_CHECKPOINT))
+    size = sum(f.stat().st_size for f in XIANGQI_CHECKPOINT.iterdir() if f.is_file())
+    assert size <= 40 * 2**20
+    player = ModelPlayer(model)
+    for game in games[:3]:
+        for ply in (0, len(game.moves) // 3, len(game.moves) - 1):
+            board = board_at(game, ply)
+            assert player.choose(board) in board.legal_moves
