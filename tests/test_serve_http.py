@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from decision.serve import ServeSettings, create_app
 from decision.serve.engine import ModelEngine
@@ -344,3 +346,37 @@ def test_demo_apps_are_mounted(checkpoint: Path) -> None:
         assert {route.path for route in module.router.routes} <= api_paths
         if getattr(module, "static_url", None):
             assert module.static_url in mounts
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+_PATHS = [("document",), ("questions",), ("mode",), ("options",), ("options", "threshold"),
+          ("options", "max_steps"), ("options", "return_probabilities"), ("questions", 0),
+          ("questions", 0, "id"), ("questions", 0, "text"), ("questions", 0, "answer"),
+          ("questions", 0, "answer", "type"), ("questions", 2, "answer", "options"),
+          ("questions", 1, "answer", "minimum"), ("questions", 1, "answer", "maximum")]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(_PATHS), value=_JSON)
+def test_any_mutated_request_gets_a_json_answer_never_a_500(
+    server: str, path: tuple[Any, ...], value: Any
+) -> None:
+    body = _body(max_steps=1)  # one denoising step: a mutation that stays valid decodes fast
+    target: Any = body
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    response = httpx.post(f"{server}/decide", json=body, timeout=120)
+    assert response.status_code in (200, 422), response.text
+    data = response.json()
+    if response.status_code == 422:
+        assert set(data["error"]) == {"type", "message", "field"} and data["error"]["message"]
+    else:
+        assert len(data["answers"]) == len(body["questions"])
