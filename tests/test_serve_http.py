@@ -380,3 +380,33 @@ def test_any_mutated_request_gets_a_json_answer_never_a_500(
         assert set(data["error"]) == {"type", "message", "field"} and data["error"]["message"]
     else:
         assert len(data["answers"]) == len(body["questions"])
+
+
+class _SlowPrepare(_SlowEngine):
+    """Validation that takes seconds for one document (a schema slow to compile, say)."""
+
+    def prepare(self, body: Any) -> Any:
+        if body.document == "slow to validate":
+            time.sleep(self.delay_s)
+        return self.inner.prepare(body)
+
+    def decide_many(self, prepared: Sequence[Any]) -> list[Any]:
+        return self.inner.decide_many(prepared)
+
+
+def test_slow_validation_does_not_hold_up_other_requests(checkpoint: Path) -> None:
+    engine = _SlowPrepare(ModelEngine.load(str(checkpoint)), delay_s=4.0)
+    with running_server(create_app(ServeSettings(include_apps=False), engine=engine)) as url:
+        finished: dict[str, float] = {}
+
+        def send(document: str) -> int:
+            response = httpx.post(f"{url}/decide", json=_body(document, max_steps=1), timeout=60)
+            finished[document] = time.monotonic()
+            return response.status_code
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            slow = pool.submit(send, "slow to validate")
+            time.sleep(0.2)
+            fast = pool.submit(send, "A quick one.")
+            assert fast.result() == 200 and slow.result() == 200
+        assert finished["A quick one."] < finished["slow to validate"]
