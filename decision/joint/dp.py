@@ -45,14 +45,15 @@ class PackedAutomata:
     num_automata: int
     cell: torch.Tensor  # [E] src * N + dst: the edge's cell in a dense [N, N] table
     same_owner: torch.Tensor | None  # [N, N] float64, 1 where two states share an automaton
+    size: int  # N
 
     def dense(self, length: int) -> bool:
         """Whether the dense [L, N, N] tables fit (few tensor ops a position instead of many)."""
-        return self.same_owner is not None and length * self.num_states**2 <= DENSE_MAX_CELLS
+        return self.same_owner is not None and length * self.size * self.size <= DENSE_MAX_CELLS
 
     @property
     def num_states(self) -> int:
-        return int(self.accept.shape[0])
+        return self.size
 
     @staticmethod
     def pack(
@@ -85,6 +86,7 @@ class PackedAutomata:
             num_automata=len(automata),
             cell=src * offset + dst,
             same_owner=same,
+            size=offset,
         )
 
     def edge_weights(self, logp: torch.Tensor) -> torch.Tensor:
@@ -235,8 +237,7 @@ def _dense_sum_table(packed: PackedAutomata, probs: torch.Tensor) -> torch.Tenso
 
 def _rescale(x: torch.Tensor, same_owner: torch.Tensor) -> torch.Tensor:
     """Divide each automaton's states by their sum (one matmul with the block-ones matrix)."""
-    total = x @ same_owner
-    return x / torch.where(total > 0, total, torch.ones_like(total))
+    return x / (x @ same_owner).clamp_min(1e-300)  # an empty automaton stays 0
 
 
 def _forward_dense(packed: PackedAutomata, table: torch.Tensor) -> torch.Tensor:
