@@ -239,8 +239,12 @@ def _opponent(name: str, seed: int) -> Player:
 
 
 def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed: int = 0,
-               concurrency: int = 50) -> MatchResult:
-    """``games`` games of ModelPlayer vs ``opponent`` (even index: the model plays red)."""
+               concurrency: int = 50, progress: str | Path | None = None) -> MatchResult:
+    """``games`` games of ModelPlayer vs ``opponent`` (even index: the model plays red).
+
+    ``progress``: a JSON-lines file that gets each game's record as soon as it ends, so a match
+    stopped early still leaves its finished games.
+    """
     if games < 1 or max_plies < 1:
         raise DecisionInputError("games and max_plies must be >= 1", "games")
     finished = [0]
@@ -264,9 +268,13 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
         outcome = ("win" if result == mine else "loss" if result == theirs
                    else "draw" if result == "1/2-1/2" else "unfinished")
         model_moves = sum(1 for k in range(len(moves)) if (k % 2 == 0) == model_red)
-        return {"game": i, "model": "red" if model_red else "black", "result": result,
-                "outcome": outcome, "plies": len(moves), "model_moves": model_moves,
-                "moves": " ".join(moves)}
+        record = {"game": i, "model": "red" if model_red else "black", "result": result,
+                  "outcome": outcome, "plies": len(moves), "model_moves": model_moves,
+                  "moves": " ".join(moves)}
+        if progress is not None:
+            with lock, Path(progress).open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        return record
 
     t0 = time.monotonic()
     try:
@@ -318,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     mat.add_argument("--max-plies", type=int, default=150)
     mat.add_argument("--seed", type=int, default=0)
     mat.add_argument("--concurrency", type=int, default=50)
+    mat.add_argument("--progress", default=None, help="JSON lines: each game as it ends")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.command == "keys":
@@ -331,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         result: Any = agreement(model, sample, seen, args.batch_size)
     else:
         result = play_match(model, args.opponent, args.games, args.max_plies, args.seed,
-                            args.concurrency)
+                            args.concurrency, args.progress)
     record = asdict(result)
     summary = {k: v for k, v in record.items() if k != "results"}
     print(json.dumps(summary, indent=2))
