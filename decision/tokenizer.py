@@ -107,9 +107,12 @@ def _unicode_to_byte() -> dict[str, int]:
 
 
 def token_bytes(tokenizer: Tokenizer) -> list[bytes | None]:
-    """The exact bytes each token id produces; ``None`` for special tokens."""
+    """The exact bytes each token id produces; ``None`` for special (added) tokens."""
     table = _unicode_to_byte()
-    specials = set(SPECIAL_TOKENS)
+    # added tokens (ours and any a checkpoint's tokenizer brings) never appear inside answers
+    specials = set(SPECIAL_TOKENS) | {
+        t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special
+    }
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     out: list[bytes | None] = [None] * tokenizer.get_vocab_size(with_added_tokens=True)
     for token, token_id in vocab.items():

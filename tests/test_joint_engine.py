@@ -197,6 +197,12 @@ def test_bad_input(model, kwargs, field) -> None:
     assert err.value.message
 
 
+def test_unknown_request_field_named(model) -> None:
+    with pytest.raises(DecisionInputError) as err:
+        decide_many(model, [{"document": DOC, "questions": QUESTIONS, "treshold": 0.5}])
+    assert err.value.field == "treshold"
+
+
 def test_document_too_long() -> None:
     small = toy_model(max_positions=64)
     with pytest.raises(DecisionInputError) as err:

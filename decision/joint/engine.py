@@ -140,8 +140,10 @@ def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str)
     if isinstance(raw, dict):
         try:
             raw = DecisionRequest(**raw)
-        except (TypeError, ValidationError) as exc:
-            raise DecisionInputError(f"invalid request: {exc}", where.rstrip(".") or None) from None
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            loc = ".".join(str(p) for p in error["loc"])
+            raise DecisionInputError(f"invalid request: {error['msg']}", where + loc) from None
     mode = raw.mode
     if mode not in MODES:
         raise DecisionInputError(f"mode must be one of {list(MODES)}, got {mode!r}", where + "mode")

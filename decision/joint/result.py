@@ -36,7 +36,7 @@ class Decision(BaseModel):
 class DecisionRequest(BaseModel):
     """One ``decide`` call's arguments, for ``decide_many``."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     document: Any
     questions: Any
