@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -45,7 +47,7 @@ def test_chunk_equals_recurrence(t: int, hk: int, hv: int, gate: str, seed: int)
     torch.testing.assert_close(s, s_ref, **TOL64)
 
 
-@pytest.mark.parametrize("lengths", [[1, 7, 63, 65, 200], [64, 1], [130]])
+@pytest.mark.parametrize("lengths", [[1, 7, 63, 65, 200], [64, 1], [130], [3, 0, 5]])
 def test_chunk_varlen_equals_recurrence(lengths: list[int], seed: int) -> None:
     t = sum(lengths)
     x = gdn_inputs(1, t, 2, 4, 16, 8, n_states=len(lengths), dtype=F64, seed=seed)
@@ -175,6 +177,11 @@ def test_bad_inputs_raise(seed: int) -> None:
     with pytest.raises(DecisionInputError) as err:
         block_attention(**y)
     assert err.value.field == "scale"
+
+
+def test_importing_kernels_does_not_import_triton() -> None:
+    code = "import sys, decision.kernels; sys.exit('triton' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 def test_triton_on_cpu_without_interpreter_errors(monkeypatch: pytest.MonkeyPatch) -> None:

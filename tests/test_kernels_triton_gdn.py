@@ -105,8 +105,8 @@ def _as64(x: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Ten
 
 
 def test_varlen_all_lengths_grouped_heads(seed: int, poison: None) -> None:
-    """Lengths 1, 7, 63, 65, 200 packed in one batch, each from its own state; Hv = 2 Hk."""
-    lengths = [1, 7, 63, 65, 200]
+    """Lengths 1, 7, 0, 63, 65, 200 packed in one batch, each from its own state; Hv = 2 Hk."""
+    lengths = [1, 7, 0, 63, 65, 200]
     x = gdn_inputs(1, sum(lengths), 1, 2, 16, 16, n_states=len(lengths), seed=seed)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=DEVICE)
     _compare(_as64(x, torch.float32), torch.float32, FP32_TOL, cu, seed)

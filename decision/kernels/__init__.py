@@ -50,7 +50,8 @@ def chunk_gated_delta_rule(
         cu_seqlens=cu_seqlens,
         use_qk_l2norm=use_qk_l2norm,
     )
-    if resolve_backend(backend, q.device) == "torch":
+    # an empty input (T = 0) has nothing to launch: the reference returns the state unchanged
+    if resolve_backend(backend, q.device) == "torch" or q.shape[1] == 0:
         return chunk_gated_delta_rule_torch(q, k, v, g, beta, **kwargs)
     from decision.kernels.gated_delta_rule.triton_chunk import chunk_gated_delta_rule_triton
 

@@ -132,6 +132,8 @@ def _chunk_padded(
         q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
         g, beta = F.pad(g, (0, pad)), F.pad(beta, (0, pad))
     nc = (t + pad) // chunk_size
+    if nc == 0:  # empty input: nothing written, the state passes through
+        return v.new_zeros(n, h, 0, dv), state
     qc, kc = q.view(n, h, nc, chunk_size, dk), k.view(n, h, nc, chunk_size, dk)
     vc = v.view(n, h, nc, chunk_size, dv)
     gc, bc = g.view(n, h, nc, chunk_size), beta.view(n, h, nc, chunk_size)
