@@ -1,0 +1,56 @@
+"""``decision eval``: both modes on the same questions, metrics, reports, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from decision.errors import DecisionInputError
+from decision.evaluate import _same, main, run_eval
+
+
+def test_typed_equality() -> None:
+    assert _same(True, True) and _same(12, 12) and _same("no", "no")
+    assert not _same(True, 1) and not _same(1, True) and not _same("12", 12)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from decision.serve.testing import tiny_checkpoint
+
+    return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
+
+
+def test_eval_reports_both_modes_on_the_same_questions(tiny_dir: Path, tmp_path: Path) -> None:
+    from apps.contracts.generator import generate_groups
+
+    groups = list(generate_groups(20_000_000, 4, 2))
+    n_questions = sum(len(g.questions) for g in groups)
+    result, report = run_eval(str(tiny_dir), 20_000_000, 4, batch_size=3, out_dir=str(tmp_path),
+                              n_boot=200)
+    assert set(result["modes"]) == {"joint", "standalone"}
+    for mode in ("joint", "standalone"):
+        m = result["modes"][mode]
+        assert m["per_question"]["n"] == n_questions
+        assert m["groups_fully_correct"]["n"] == 4
+        assert 0.0 <= m["per_question"]["value"] <= 1.0
+        assert 0.0 <= m["independence_baseline"] <= 1.0
+        assert result["latency_per_group"][mode]["mean_ms"] > 0
+    diff = result["joint_minus_standalone"]
+    joint = result["modes"]["joint"]["per_question"]["value"]
+    alone = result["modes"]["standalone"]["per_question"]["value"]
+    assert diff["question"]["value"] == pytest.approx(joint - alone)
+    assert result["setup"]["splits"] == ["test"]
+    assert "Joint minus standalone" in report
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert saved["setup"]["groups"] == 4
+    assert (tmp_path / "eval.md").read_text() == report
+
+
+def test_eval_rejects_bad_input(tiny_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(DecisionInputError):
+        run_eval(str(tiny_dir), 20_000_000, 0)
+    assert main(["--seed-start", "-5", "--groups", "2", "--model", str(tiny_dir)]) == 2
+    assert "error" in capsys.readouterr().err
