@@ -3,6 +3,7 @@ by the app's lifespan, requests through httpx."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import time
@@ -25,7 +26,8 @@ CHOICE = {"type": "choice", "options": ["yes", "no", "not stated"]}
 
 
 def _q(qid: str, answer: dict[str, Any], text: str = "Is it so?") -> dict[str, Any]:
-    return {"id": qid, "text": text, "answer": answer}
+    # a copy: tests mutate bodies, and the shared CHOICE must stay as it is
+    return {"id": qid, "text": text, "answer": copy.deepcopy(answer)}
 
 
 def _body(document: str = "The tenant gave 20 days of notice; the lease requires 30 days.",
