@@ -19,7 +19,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--document", required=True, metavar="FILE", help="document text file")
     p.add_argument("--questions", required=True, metavar="FILE.json", help="questions JSON")
-    p.add_argument("--mode", choices=["joint", "standalone"], default="joint")
+    p.add_argument("--mode", choices=["joint", "standalone", "auto"], default="joint")
     p.add_argument("--model", metavar="DIR", default=None,
                    help="checkpoint directory (default: the shipped models/default)")
     p.add_argument("--device", default="cpu")
