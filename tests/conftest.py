@@ -7,3 +7,10 @@ can import triton: kernel tests then run the Triton kernels on the CPU through t
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# One torch thread per test process: the tiny test models are dominated by per-op overhead, and
+# on the 2-core CI machine two threads contending with the test server's threads run up to 10x
+# slower than one.
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
