@@ -75,15 +75,24 @@ def document_of(model: Any, tokens: int) -> str:
         sentences = int(sentences * tokens / max(count, 1)) + 1
 
 
-def timed(fn: Any, repeats: int) -> tuple[float, Any]:
-    """Median wall time (ms) of ``fn()`` over ``repeats`` runs after one warm-up, last result."""
-    fn()
-    times, out = [], None
+def measure(cases: dict[str, Any], repeats: int) -> dict[str, tuple[float, float, Any]]:
+    """Median wall and CPU ms of each case, interleaved (one round = every case once).
+
+    Interleaving spreads load changes on a shared machine over all cases alike; the process CPU
+    time (torch single-threaded) is the steadier number when other jobs compete for the cores.
+    """
+    for fn in cases.values():  # warm-up
+        fn()
+    wall: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
+    last: dict[str, Any] = {}
     for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times), out
+        for name, fn in cases.items():
+            w, c = time.perf_counter(), time.process_time()
+            last[name] = fn()
+            cpu[name].append((time.process_time() - c) * 1e3)
+            wall[name].append((time.perf_counter() - w) * 1e3)
+    return {n: (statistics.median(wall[n]), statistics.median(cpu[n]), last[n]) for n in cases}
 
 
 def autoregressive(model: Any, document: str, questions: list[dict[str, Any]]) -> tuple[int, list]:
@@ -152,52 +161,60 @@ def main() -> None:
     doc_tokens = len(model.tokenizer.encode(doc).ids)
     reps = args.repeats
 
-    joint_ms, joint = timed(lambda: decide(model, doc, QUESTIONS, mode="joint"), reps)
-    alone_ms, _ = timed(
-        lambda: [decide(model, doc, [q], mode="standalone") for q in QUESTIONS], reps
-    )
-    shared_ms, shared = timed(lambda: decide(model, doc, QUESTIONS, mode="standalone"), reps)
-    ar_ms, (ar_forwards, _) = timed(lambda: autoregressive(model, doc, QUESTIONS), reps)
-
-    rows = []
-    for scope in ("row", "slot"):
-        config = EngineConfig(min_scope=scope)
-        for threshold in (0.5, 0.7, 0.9, 1.0):
-            ms, d = timed(
-                lambda t=threshold, c=config: decide(model, doc, QUESTIONS, threshold=t, config=c),
-                reps,
+    row, slot = EngineConfig(min_scope="row"), EngineConfig(min_scope="slot")
+    cases: dict[str, Any] = {
+        "joint": lambda: decide(model, doc, QUESTIONS, mode="joint"),
+        "joint_slot": lambda: decide(model, doc, QUESTIONS, mode="joint", config=slot),
+        "alone": lambda: [decide(model, doc, [q], mode="standalone") for q in QUESTIONS],
+        "shared": lambda: decide(model, doc, QUESTIONS, mode="standalone"),
+        "ar": lambda: autoregressive(model, doc, QUESTIONS),
+    }
+    for threshold in (0.5, 0.7, 1.0):
+        for name, config in (("row", row), ("slot", slot)):
+            cases[f"{name}@{threshold}"] = (
+                lambda t=threshold, c=config: decide(model, doc, QUESTIONS, threshold=t, config=c)
             )
-            step = d.timings["denoise"] + d.timings["constraint"]
-            rows.append((scope, threshold, d.steps, d.tokens_per_forward, ms,
-                         100 * d.timings["constraint"] / step))
-    slot_ms, slot = timed(
-        lambda: decide(model, doc, QUESTIONS, config=EngineConfig(min_scope="slot")), reps
-    )
+    got = measure(cases, reps)
+    cases_09 = {"row@0.9": got["joint"], "slot@0.9": got["joint_slot"]}
+    got.update(cases_09)
 
-    print(f"model: {label}; document {doc_tokens} tokens; 8 questions; "
-          f"{reps} repeats (median); torch threads {args.threads}")
+    joint_wall, joint_cpu, joint = got["joint"]
+    print(f"model: {label}; document {doc_tokens} tokens; 8 questions; medians of {reps} "
+          f"interleaved repeats; torch threads {args.threads}")
     print()
-    print("| decoding | latency (ms) | forwards | latency / joint latency |")
-    print("|---|---:|---:|---:|")
-    print(f"| joint, 1 pass (threshold 0.9) | {joint_ms:.0f} | {joint.steps} | 1.0x |")
-    print(f"| joint, 1 pass, at least one token per slot a step | {slot_ms:.0f} | {slot.steps} | "
-          f"{slot_ms / joint_ms:.1f}x |")
-    print(f"| 8 standalone calls (each prefills the document) | {alone_ms:.0f} | - | "
-          f"{alone_ms / joint_ms:.1f}x |")
-    print(f"| standalone, document cache reused, 8 rows batched | {shared_ms:.0f} | "
-          f"{shared.steps} | {shared_ms / joint_ms:.1f}x |")
-    print(f"| autoregressive, same backbone and constraints | {ar_ms:.0f} | {ar_forwards} | "
-          f"{ar_ms / joint_ms:.1f}x |")
+    print("| decoding | forwards | wall (ms) | CPU (ms) | CPU / joint CPU |")
+    print("|---|---:|---:|---:|---:|")
+    labels = {
+        "joint": "joint, 1 pass (threshold 0.9, at least one token per pass a step)",
+        "joint_slot": "joint, 1 pass (threshold 0.9, at least one token per slot a step)",
+        "alone": "8 standalone calls (each prefills the document)",
+        "shared": "standalone, 8 questions, document cache reused, rows batched",
+        "ar": "autoregressive, same backbone and constraints",
+    }
+    for name, text in labels.items():
+        wall, cpu, out = got[name]
+        if name == "alone":
+            forwards = "-"
+        elif name == "ar":
+            forwards = str(out[0])
+        else:
+            forwards = str(out.steps)
+        print(f"| {text} | {forwards} | {wall:.0f} | {cpu:.0f} | {cpu / joint_cpu:.1f}x |")
     print()
-    print("| minimum per step | threshold | steps | tokens / forward | latency (ms) | "
+    print("| at least one token a step per | threshold | steps | tokens / forward | CPU (ms) | "
           "constraint share of step |")
     print("|---|---:|---:|---:|---:|---:|")
-    for scope, threshold, steps, tpf, ms, share in rows:
-        print(f"| one per {scope} | {threshold} | {steps} | {tpf:.2f} | {ms:.0f} | {share:.1f}% |")
+    for name in ("row", "slot"):
+        for threshold in (0.5, 0.7, 0.9, 1.0):
+            _, cpu, d = got[f"{name}@{threshold}"]
+            step = d.timings["denoise"] + d.timings["constraint"]
+            share = 100 * d.timings["constraint"] / step
+            print(f"| {'pass' if name == 'row' else 'slot'} | {threshold} | {d.steps} | "
+                  f"{d.tokens_per_forward:.2f} | {cpu:.0f} | {share:.1f}% |")
     t = joint.timings
     print()
-    print(f"joint pass timings (ms): prefill {t['prefill']:.0f}, denoise {t['denoise']:.0f}, "
-          f"constraint {t['constraint']:.0f}, total {t['total']:.0f}")
+    print(f"joint pass (last repeat) wall ms: prefill {t['prefill']:.0f}, denoise "
+          f"{t['denoise']:.0f}, constraint {t['constraint']:.0f}, total {t['total']:.0f}")
 
 
 if __name__ == "__main__":
