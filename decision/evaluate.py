@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,9 @@ def run_eval(
         out.mkdir(parents=True, exist_ok=True)
         (out / "eval.json").write_text(json.dumps(result, indent=2))
         (out / "eval.md").write_text(report)
+        with (out / "records.jsonl").open("w") as f:
+            for r in records:
+                f.write(json.dumps(asdict(r)) + "\n")
     return result, report
 
 

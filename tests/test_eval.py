@@ -47,6 +47,8 @@ def test_eval_reports_both_modes_on_the_same_questions(tiny_dir: Path, tmp_path:
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert saved["setup"]["groups"] == 4
     assert (tmp_path / "eval.md").read_text() == report
+    lines = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * n_questions
 
 
 def test_eval_rejects_bad_input(tiny_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
