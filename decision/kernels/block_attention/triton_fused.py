@@ -26,6 +26,10 @@ from decision.errors import DecisionInputError
 from decision.kernels._common import L2NORM_EPS
 from decision.kernels.block_attention.naive import effective_length
 
+# warps per kernel, from `python -m decision.kernels.compile_check` (fewest register spills at
+# sm_90, bf16, head dim 128), not from GPU timings (none were available)
+NUM_WARPS = {"_fwd_kernel": 8, "_bwd_q_kernel": 8, "_bwd_kv_kernel": 8}
+
 
 def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Every buffer a kernel writes is allocated here (tests poison them with NaN)."""
@@ -232,7 +236,8 @@ class _BlockAttention(torch.autograd.Function):
         store_f32 = any(ctx.needs_input_grad) and o.dtype != torch.float32
         of = _empty(*o.shape, dtype=torch.float32, device=v.device) if store_f32 else o
         _fwd_kernel[(m.nq, m.b * m.hv)](q, k, v, state, hl, scale, cal, lle, mask, o, lse, of,
-                                        m.l, m.rs, STORE_F32=store_f32, **m.consts())
+                                        m.l, m.rs, STORE_F32=store_f32, **m.consts(),
+                                        num_warps=NUM_WARPS["_fwd_kernel"])
         ctx.save_for_backward(q, k, v, state, hl, scale, cal, mask, lle, of, lse)
         ctx.meta = m
         return o
@@ -250,11 +255,12 @@ class _BlockAttention(torch.autograd.Function):
         dsc = _empty(m.b, m.hv, m.nq, dtype=f32, device=dev)
         _bwd_q_kernel[(m.nq, m.b * m.hv)](
             q, k, v, state, hl, scale, cal, lle, mask, do, lse, delta, dq, du, dst, dsc, m.l,
-            m.rs, m.nq, **m.consts())
+            m.rs, m.nq, **m.consts(), num_warps=NUM_WARPS["_bwd_q_kernel"])
         dk = _empty(m.b, m.l, m.hv, m.dk, dtype=f32, device=dev)
         dv = _empty(m.b, m.l, m.hv, m.dv, dtype=f32, device=dev)
         _bwd_kv_kernel[(triton.cdiv(m.l, m.bkv), m.b * m.hv)](
-            q, k, v, scale, mask, do, lse, delta, dk, dv, m.l, **m.consts())
+            q, k, v, scale, mask, do, lse, delta, dk, dv, m.l, **m.consts(),
+            num_warps=NUM_WARPS["_bwd_kv_kernel"])
         g = m.hv // m.hk  # value heads sharing a key head add their q/k gradients
         dq = dq.view(m.b, m.l, m.hk, g, m.dk).sum(3)
         dk = dk.view(m.b, m.l, m.hk, g, m.dk).sum(3)

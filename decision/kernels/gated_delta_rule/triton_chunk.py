@@ -38,7 +38,12 @@ from decision.kernels.gated_delta_rule.naive import chunk_local
 
 INTERPRETED: bool = bool(knobs.runtime.interpret)
 BT = 64  # chunk size, as in the reference and fla
-MAX_BV = 64  # widest Dv tile; the tests lower it to exercise several tiles with small head dims
+# Widest Dv tile, and warps per kernel: chosen from `python -m decision.kernels.compile_check`
+# (sm_90, bf16, head dim 128) as the settings with the fewest register spills, not from GPU timings
+# (none were available). The tests lower MAX_BV to exercise several tiles with small head dims.
+MAX_BV = 32
+NUM_WARPS = {"_wy_fwd_kernel": 8, "_state_fwd_kernel": 8, "_output_fwd_kernel": 8,
+             "_state_bwd_kernel": 8}
 
 
 def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -142,38 +147,48 @@ def _state_fwd_kernel(
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     L2: tl.constexpr, EPS: tl.constexpr, PREC: tl.constexpr, HAS_H0: tl.constexpr,
 ):
+    # Scalar int64 base pointers per sequence/state + int32 tile offsets: long batches pass 2^31
+    # elements, but a tile's offsets from its base stay small (fewer 64-bit registers per element).
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
     i_n = i_nh // HV
     i_h = i_nh % HV
-    bos = tl.load(cu_ptr + i_n).to(tl.int64)  # int64: T * H * D can pass 2^31 in long batches
-    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    bos = tl.load(cu_ptr + i_n).to(tl.int64)
+    t_len = (tl.load(cu_ptr + i_n + 1).to(tl.int64) - bos).to(tl.int32)
     off = tl.load(off_ptr + i_n).to(tl.int64)
     ck = tl.arange(0, BK)
     cv = i_v * BV + tl.arange(0, BV)
     smask = (ck[:, None] < DK) & (cv[None, :] < DV)
     s_off = ck[:, None] * DV + cv[None, :]
     if HAS_H0:
-        s = tl.load(h0_ptr + (i_n * HV + i_h) * DK * DV + s_off, mask=smask, other=0.0)
+        s = tl.load(h0_ptr + (i_n * HV + i_h).to(tl.int64) * DK * DV + s_off, mask=smask,
+                    other=0.0)
         s = s.to(tl.float32)
     else:
         s = tl.zeros([BK, BV], dtype=tl.float32)
-    for j in range(0, tl.cdiv(eos - bos, BT)):
+    k_base = k_ptr + (bos * HK + i_h // (HV // HK)) * DK
+    w_base = w_ptr + (bos * HV + i_h) * DK
+    u_base = u_ptr + (bos * HV + i_h) * DV
+    vn_base = vn_ptr + (bos * HV + i_h) * DV
+    g_base = gc_ptr + bos * HV + i_h
+    for j in range(0, tl.cdiv(t_len, BT)):
         tl.store(h_ptr + ((off + j) * HV + i_h) * DK * DV + s_off, s, mask=smask)
-        start = bos + j * BT
-        pos = start + tl.arange(0, BT)
-        valid = pos < eos
-        k = _normalise(_load_rows(k_ptr, pos, valid, i_h // (HV // HK), HK, DK, BK), L2, EPS)
-        w = _load_rows(w_ptr, pos, valid, i_h, HV, DK, BK)
+        rows = j * BT + tl.arange(0, BT)
+        valid = rows < t_len
+        kmask = valid[:, None] & (ck[None, :] < DK)
+        k = tl.load(k_base + rows[:, None] * (HK * DK) + ck[None, :], mask=kmask, other=0.0)
+        k = _normalise(k.to(tl.float32), L2, EPS)
+        w = tl.load(w_base + rows[:, None] * (HV * DK) + ck[None, :], mask=kmask, other=0.0)
         vmask = valid[:, None] & (cv[None, :] < DV)
-        u = tl.load(u_ptr + (pos[:, None] * HV + i_h) * DV + cv[None, :], mask=vmask, other=0.0)
-        gc = tl.load(gc_ptr + pos * HV + i_h, mask=valid, other=0.0)
-        g_last = tl.load(gc_ptr + (tl.minimum(start + BT, eos) - 1) * HV + i_h)
+        v_off = rows[:, None] * (HV * DV) + cv[None, :]
+        u = tl.load(u_base + v_off, mask=vmask, other=0.0)
+        gc = tl.load(g_base + rows * HV, mask=valid, other=0.0)
+        g_last = tl.load(g_base + (tl.minimum((j + 1) * BT, t_len) - 1) * HV)
         vn = u - tl.dot(w, s, input_precision=PREC)
-        tl.store(vn_ptr + (pos[:, None] * HV + i_h) * DV + cv[None, :], vn, mask=vmask)
+        tl.store(vn_base + v_off, vn, mask=vmask)
         kd = k * tl.exp(g_last - gc)[:, None]  # padded rows: k = 0
         s = s * tl.exp(g_last) + tl.dot(tl.trans(kd), vn, input_precision=PREC)
-    tl.store(ht_ptr + (i_n * HV + i_h) * DK * DV + s_off, s, mask=smask)
+    tl.store(ht_ptr + (i_n * HV + i_h).to(tl.int64) * DK * DV + s_off, s, mask=smask)
 
 
 @triton.jit
@@ -296,13 +311,15 @@ def _states(
     gc = _empty(t, m.hv, **f32)
     w = _empty(t, m.hv, m.dk, **f32)
     u = _empty(t, m.hv, m.dv, **f32)
-    _wy_fwd_kernel[(nt, m.hv)](k, v, g, beta, w, u, gc, cu, idx, **m.consts())
+    _wy_fwd_kernel[(nt, m.hv)](k, v, g, beta, w, u, gc, cu, idx, **m.consts(),
+                               num_warps=NUM_WARPS["_wy_fwd_kernel"])
     h = _empty(nt, m.hv, m.dk, m.dv, **f32)
     vn = _empty(t, m.hv, m.dv, **f32)
     ht = _empty(n, m.hv, m.dk, m.dv, **f32)
     grid = (triton.cdiv(m.dv, m.bv), n * m.hv)
     _state_fwd_kernel[grid](k, w, u, gc, h0 if h0 is not None else ht, h, vn, ht, cu, off,
-                            HAS_H0=h0 is not None, **m.consts())
+                            HAS_H0=h0 is not None, **m.consts(),
+                            num_warps=NUM_WARPS["_state_fwd_kernel"])
     return gc, w, h, vn, ht
 
 
@@ -348,7 +365,8 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         gc, _, h, vn, ht = _states(m, k, v, g, beta, h0, cu, idx, off)
         o = _empty(*v.shape, dtype=v.dtype, device=v.device)
         grid = (idx.shape[0], m.hv, triton.cdiv(m.dv, m.bv))
-        _output_fwd_kernel[grid](q, k, gc, h, vn, o, cu, idx, m.scale, **m.consts())
+        _output_fwd_kernel[grid](q, k, gc, h, vn, o, cu, idx, m.scale, **m.consts(),
+                                 num_warps=NUM_WARPS["_output_fwd_kernel"])
         ctx.save_for_backward(q, k, v, g, beta, h0, cu, idx, off)
         ctx.meta = m
         return o, ht
@@ -363,7 +381,8 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         dh0 = _empty(cu.numel() - 1, m.hv, m.dk, m.dv, dtype=torch.float32, device=q.device)
         grid = (triton.cdiv(m.dv, m.bv), (cu.numel() - 1) * m.hv)
         _state_bwd_kernel[grid](q, k, w, gc, do, dht if dht is not None else dh0, dh, dh0, cu,
-                                off, m.scale, HAS_DHT=dht is not None, **m.consts())
+                                off, m.scale, HAS_DHT=dht is not None, **m.consts(),
+                                num_warps=NUM_WARPS["_state_bwd_kernel"])
         with torch.enable_grad():
             dq, dk, dv, dg, dbeta = _chunk_local_backward(m, (q, k, v, g, beta), h, do, dh, cu,
                                                           idx)
