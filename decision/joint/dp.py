@@ -28,6 +28,9 @@ from decision.schemas.compile import TokenAutomaton
 NEG_INF = float("-inf")
 DENSE_MAX_STATES = 1024
 DENSE_MAX_CELLS = 2_000_000
+# dense passes rescale every few positions: float64 cannot underflow in 4 positions unless the
+# valid tokens' mass at each is below 1e-75, far beyond any softmax of finite logits in practice
+RESCALE_EVERY = 4
 
 
 @dataclass(frozen=True)
@@ -245,8 +248,11 @@ def _forward_dense(packed: PackedAutomata, table: torch.Tensor) -> torch.Tensor:
     assert packed.same_owner is not None
     alpha = _start(packed, table.dtype, 0.0)
     out = [alpha]
-    for t in range(table.shape[0]):
-        alpha = _rescale(alpha @ table[t], packed.same_owner)
+    length = table.shape[0]
+    for t in range(length):
+        alpha = alpha @ table[t]
+        if t % RESCALE_EVERY == RESCALE_EVERY - 1 or t == length - 1:
+            alpha = _rescale(alpha, packed.same_owner)
         out.append(alpha)
     return torch.stack(out)
 
@@ -257,7 +263,9 @@ def _backward_dense(packed: PackedAutomata, table: torch.Tensor) -> torch.Tensor
     beta = packed.accept.to(table.dtype)
     out = [beta]
     for t in range(table.shape[0] - 1, -1, -1):
-        beta = _rescale(table[t] @ beta, packed.same_owner)
+        beta = table[t] @ beta
+        if t % RESCALE_EVERY == 0:
+            beta = _rescale(beta, packed.same_owner)
         out.append(beta)
     return torch.stack(out[::-1])
 

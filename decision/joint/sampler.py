@@ -67,6 +67,11 @@ class BlockState:
         key = tuple(index.tolist())
         if not key:
             return index, None, self.positions[:0]  # type: ignore[return-value]
+        # keep the current packing while it covers the live slots and at most half of it is
+        # finished (finished slots are all one-hot rows: harmless, and repacking costs more)
+        if self._pack is not None and set(key) <= set(self._pack_key):
+            if 2 * len(key) > len(self._pack_key):
+                return self._pack
         if self._pack is None or key != self._pack_key:
             positions = self.positions[index]
             width = int((positions >= 0).sum(-1).max()) if len(key) else 0
