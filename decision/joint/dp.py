@@ -93,8 +93,12 @@ class PackedAutomata:
         )
 
     def edge_weights(self, logp: torch.Tensor) -> torch.Tensor:
-        """``[E, L]`` log-weight of each edge at each position (``logp`` is ``[rows, L, V]``)."""
-        return logp[self.edge_row, :, self.tok]
+        """``[E, L]`` log-weight of each edge at each position (``logp`` is ``[rows, L, V]``).
+
+        Gathered on ``logp``'s device, returned on the automata's: only E x L numbers move.
+        """
+        device = logp.device
+        return logp[self.edge_row.to(device), :, self.tok.to(device)].to(self.src.device)
 
 
 def _start(packed: PackedAutomata, dtype: torch.dtype, fill: float) -> torch.Tensor:

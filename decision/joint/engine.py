@@ -368,7 +368,7 @@ def _run(
     while bool(state.masked.any()):
         t0 = time.perf_counter()
         logits = model.denoise(state.ids.to(device), cache, block_mask_d, seg_d)
-        logits = logits.float().cpu()
+        _sync(device)  # the sampler gathers the slot rows on the device; the DP runs on the CPU
         denoise_s += time.perf_counter() - t0
         active = state.masked.any(-1)
         row_steps += active.long()

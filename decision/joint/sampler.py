@@ -80,15 +80,19 @@ class BlockState:
         return self._pack
 
     def slot_logp(self, logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """``[K, L, V]`` log-probabilities at ``positions``; fixed and virtual ones one-hot."""
+        """``[K, L, V]`` log-probabilities at ``positions``; fixed and virtual ones one-hot.
+
+        Computed on the logits' device: only the slot rows are gathered, never the whole block.
+        """
+        device = logits.device
         b, length, v = logits.shape
-        flat = logits.reshape(b * length, v)
         real = positions >= 0
         pos = positions.clamp(min=0)
-        logp = torch.log_softmax(flat[pos].float(), dim=-1)
         tokens = torch.where(real, self.ids.reshape(-1)[pos], torch.full_like(pos, self.eos_id))
-        fixed = ~real | ~self.masked.reshape(-1)[pos]
-        one_hot = torch.full_like(logp, float("-inf")).scatter_(-1, tokens[..., None], 0.0)
+        fixed = (~real | ~self.masked.reshape(-1)[pos]).to(device)
+        logp = torch.log_softmax(logits.reshape(b * length, v)[pos.to(device)].float(), dim=-1)
+        one_hot = torch.full_like(logp, float("-inf"))
+        one_hot.scatter_(-1, tokens.to(device)[..., None], 0.0)
         return torch.where(fixed[..., None], one_hot, logp)
 
 
