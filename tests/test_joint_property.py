@@ -25,7 +25,7 @@ def model():
 
 WORDS = st.text(alphabet="abcdefghij klmn0123456789-.", min_size=1, max_size=12)
 PATTERNS = [("[a-c]{3}", 3), ("(ab|c)+", 1), ("[0-9]{1,4}", 1), ("x|xy|xyz", 1),
-            ("[A-H][1-8]", 2), ("(yes|no|maybe)[!?]", 2), ("é[a-z]?", 1)]
+            ("[A-H][1-8]", 2), ("(yes|no|maybe)[!?]", 2), ("é[a-z]?", 2)]
 DOC = lease_document(2, seed=5)
 JSON_SCHEMAS = [
     {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
