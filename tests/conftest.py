@@ -5,6 +5,9 @@ can import triton: kernel tests then run the Triton kernels on the CPU through t
 """
 
 import os
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -14,3 +17,11 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight tiny model with its tokenizer, written once per session (read-only)."""
+    from decision.serve.testing import tiny_checkpoint
+
+    return tiny_checkpoint(tmp_path_factory.mktemp("shared") / "tiny-model")

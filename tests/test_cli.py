@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from decision.cli import COMMAND_MODULES, build_parser, main
-from decision.serve.testing import single_torch_thread, tiny_checkpoint
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    with single_torch_thread():
-        yield
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_checkpoint(tmp_path_factory.mktemp("cli") / "tiny-model")
+def checkpoint(tiny_checkpoint_dir: Path) -> Path:
+    return tiny_checkpoint_dir
 
 
 def test_every_listed_module_registers_its_subcommand() -> None:

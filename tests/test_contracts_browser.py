@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from decision.serve import ServeSettings, create_app
-from decision.serve.testing import running_server, tiny_checkpoint
+from decision.serve.testing import running_server
 
 CHROMIUM = "/usr/bin/chromium"
 OUT = Path(__file__).resolve().parent.parent / "test-output"
@@ -34,9 +34,8 @@ playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright i
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    checkpoint = tiny_checkpoint(tmp_path_factory.mktemp("contracts-web") / "tiny-model")
-    settings = ServeSettings(model_path=str(checkpoint), request_timeout_s=300)
+def server(tiny_checkpoint_dir: Path) -> Iterator[str]:
+    settings = ServeSettings(model_path=str(tiny_checkpoint_dir), request_timeout_s=300)
     with running_server(create_app(settings)) as url:
         yield url
 

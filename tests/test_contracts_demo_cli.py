@@ -12,7 +12,6 @@ from apps.contracts.examples import get_example
 from apps.contracts.presets import LEASE, check_rules
 from decision.cli import main
 from decision.serve.api import AnswerOut, DecideResponse
-from decision.serve.testing import tiny_checkpoint
 
 TRI = {"yes": 0.6, "no": 0.3, "not stated": 0.1}
 
@@ -78,8 +77,8 @@ def test_render_reports_rules_that_could_not_be_checked() -> None:
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_checkpoint(tmp_path_factory.mktemp("contracts-demo") / "tiny-model")
+def checkpoint(tiny_checkpoint_dir: Path) -> Path:
+    return tiny_checkpoint_dir
 
 
 def test_the_command_runs_an_example_with_a_model(checkpoint: Path,

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +23,13 @@ from decision.errors import DecisionInputError
 from decision.scoring.output import read_predictions
 from decision.scoring.runner import score_csv
 from decision.serve.engine import ModelEngine
-from decision.serve.testing import single_torch_thread, tiny_checkpoint
 
 GROUPS = 4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    with single_torch_thread():
-        yield
-
-
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_checkpoint(tmp_path_factory.mktemp("scoring") / "tiny-model")
+def checkpoint(tiny_checkpoint_dir: Path) -> Path:
+    return tiny_checkpoint_dir
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from decision.serve import ServeSettings, create_app
 from decision.serve.engine import ModelEngine
-from decision.serve.testing import running_server, single_torch_thread, tiny_checkpoint
+from decision.serve.testing import running_server
 
 MAX_BODY = 200_000
 CHOICE = {"type": "choice", "options": ["yes", "no", "not stated"]}
@@ -44,15 +44,9 @@ def _body(document: str = "The tenant gave 20 days of notice; the lease requires
     }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    with single_torch_thread():
-        yield
-
-
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_checkpoint(tmp_path_factory.mktemp("serve") / "tiny-model")
+def checkpoint(tiny_checkpoint_dir: Path) -> Path:
+    return tiny_checkpoint_dir
 
 
 @pytest.fixture(scope="module")
@@ -351,8 +345,9 @@ def test_demo_apps_are_mounted(checkpoint: Path) -> None:
 
 
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats(allow_nan=False)
-    | st.text(max_size=20),
+    # JSON has no NaN or infinity: the client could not send them
+    st.none() | st.booleans() | st.integers(-10**20, 10**20)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4)
     | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,

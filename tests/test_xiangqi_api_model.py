@@ -35,10 +35,8 @@ def one_torch_thread() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from decision.serve.testing import tiny_checkpoint
-
-    return tiny_checkpoint(tmp_path_factory.mktemp("xiangqi-model") / "tiny")
+def checkpoint(tiny_checkpoint_dir: Path) -> Path:
+    return tiny_checkpoint_dir
 
 
 @pytest.fixture(scope="module")
