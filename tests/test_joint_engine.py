@@ -197,6 +197,15 @@ def test_bad_input(model, kwargs, field) -> None:
     assert err.value.message
 
 
+def test_check_request_validates_without_decoding(model) -> None:
+    from decision.joint.engine import check_request
+
+    check_request(model, {"document": DOC, "questions": QUESTIONS})
+    with pytest.raises(DecisionInputError) as err:
+        check_request(model, {"document": DOC, "questions": QUESTIONS, "mode": "x"})
+    assert err.value.field == "mode"
+
+
 def test_unknown_request_field_named(model) -> None:
     with pytest.raises(DecisionInputError) as err:
         decide_many(model, [{"document": DOC, "questions": QUESTIONS, "treshold": 0.5}])

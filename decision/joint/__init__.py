@@ -1,6 +1,6 @@
 """Joint and standalone decoding: layout, constrained dynamic programmes, samplers, engine."""
 
-from decision.joint.engine import EngineConfig, decide, decide_many
+from decision.joint.engine import EngineConfig, check_request, decide, decide_many
 from decision.joint.layout import Layout, SlotSpan, build_layout
 from decision.joint.result import Answer, Decision, DecisionRequest
 from decision.joint.sampler import (
@@ -24,6 +24,7 @@ __all__ = [
     "StepReport",
     "ThresholdSamplerConfig",
     "build_layout",
+    "check_request",
     "decide",
     "decide_many",
 ]

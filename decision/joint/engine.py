@@ -136,6 +136,17 @@ def decide_many(
 # ---------------------------------------------------------------------- validation
 
 
+def check_request(
+    model: Any, request: DecisionRequest | dict[str, Any], config: EngineConfig | None = None
+) -> None:
+    """Run every check ``decide_many`` makes before decoding (schemas compiled and cached,
+    pass lengths against the model), raising ``DecisionInputError``; decodes nothing."""
+    config = config or EngineConfig()
+    ctx = tokenizer_context(model.tokenizer)
+    _rows(model, ctx, [_validate(request, ctx, config, "")])
+
+
+
 def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str) -> _Request:
     if isinstance(raw, dict):
         try:
