@@ -159,3 +159,9 @@ def test_budget_too_small_fails_fast(ctx) -> None:
     with pytest.raises(SchemaError) as err:
         compile_answer(PatternAnswer(regex="[0-9]{6}", max_tokens=3), ctx, "q")
     assert err.value.field == "q.max_tokens" and "6 tokens" in err.value.message
+
+
+def test_oversized_choice_slot_refused(ctx) -> None:
+    with pytest.raises(SchemaError) as err:
+        compile_answer(ChoiceAnswer(options=["x" + "7" * 300]), ctx, "q")
+    assert "at most 256" in err.value.message

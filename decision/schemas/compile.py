@@ -19,7 +19,7 @@ from outlines_core import Index, Vocabulary
 from tokenizers import Tokenizer
 
 from decision.errors import SchemaError
-from decision.schemas.models import PatternAnswer, Question, _Answer
+from decision.schemas.models import MAX_SLOT_TOKENS, PatternAnswer, Question, _Answer
 from decision.schemas.regex_guard import check_regex
 from decision.tokenizer import SpecialIds, build_vocabulary, special_ids, token_bytes
 
@@ -260,6 +260,11 @@ def compile_answer(
     if user_regex:
         check_regex(regex, f"{field_name}.regex")
     budget = answer.budget(ctx.count_tokens)
+    if budget > MAX_SLOT_TOKENS:
+        raise SchemaError(
+            f"the answer needs a slot of {budget} tokens; at most {MAX_SLOT_TOKENS} are allowed",
+            field_name,
+        )
     # user-written regexes can blow up during determinisation: compile those under a guard
     automaton = compile_regex(
         regex, ctx, budget, field_name, guarded=user_regex or answer.type == "json"
