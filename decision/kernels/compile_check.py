@@ -55,7 +55,7 @@ def _resources(cubin: bytes) -> tuple[int | None, int | None]:
 
 
 def compile_kernel(fn: Any, types: dict[str, str], consts: dict[str, Any], arch: int,
-                   num_warps: int = 4) -> Compiled:
+                   num_warps: int = 4, num_stages: int = 3) -> Compiled:
     """Compile ``fn`` for ``sm_<arch>``: ``types`` for runtime args, ``consts`` for constexprs."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -67,7 +67,8 @@ def compile_kernel(fn: Any, types: dict[str, str], consts: dict[str, Any], arch:
         raise DecisionInputError(f"{fn.__name__}: no value for {missing}", "consts")
     t0 = time.monotonic()
     src = ASTSource(fn, sig, constexprs={n: consts[n] for n, t in sig.items() if t == "constexpr"})
-    k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                       options={"num_warps": num_warps, "num_stages": num_stages})
     regs, spill = _resources(k.asm["cubin"])
     return Compiled(fn.__name__, int(k.metadata.shared), regs, spill, time.monotonic() - t0)
 
@@ -106,10 +107,12 @@ def all_kernels(dtype: str = "bf16", d: int = 128) -> list[tuple[Any, dict[str, 
     ]
 
 
-def num_warps_of(fn: Any) -> int:
-    """The warps a kernel is launched with (its module's NUM_WARPS table, default 4)."""
+def launch_options_of(fn: Any) -> tuple[int, int]:
+    """(warps, pipeline stages) a kernel is launched with: its module's NUM_WARPS / NUM_STAGES
+    tables, else Triton's defaults (4, 3)."""
     mod = sys.modules[fn.__module__]
-    return int(getattr(mod, "NUM_WARPS", {}).get(fn.__name__, 4))
+    return (int(getattr(mod, "NUM_WARPS", {}).get(fn.__name__, 4)),
+            int(getattr(mod, "NUM_STAGES", {}).get(fn.__name__, 3)))
 
 
 def main() -> None:
@@ -123,8 +126,9 @@ def main() -> None:
         sys.exit("compile_check: run with TRITON_INTERPRET=0 (the interpreter does not compile)")
     print(f"sm_{args.arch}, {args.dtype}, head dim {args.head_dim}")
     for fn, types, consts in all_kernels(args.dtype, args.head_dim):
-        warps = args.num_warps or num_warps_of(fn)
-        c = compile_kernel(fn, types, consts, args.arch, warps)
+        warps, stages = launch_options_of(fn)
+        warps = args.num_warps or warps
+        c = compile_kernel(fn, types, consts, args.arch, warps, stages)
         print(f"  {c.name:20s} warps {warps}  shared {c.shared:6d} B  regs {c.regs}  "
               f"stack (spills) {c.spill_bytes} B"
               f"  ({c.seconds:.0f} s)")
