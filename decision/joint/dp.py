@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
+import numpy as np
 import torch
 
 from decision.schemas.compile import TokenAutomaton
@@ -47,12 +49,17 @@ class PackedAutomata:
     state_owner: torch.Tensor  # [N] automaton index
     num_automata: int
     cell: torch.Tensor  # [E] src * N + dst: the edge's cell in a dense [N, N] table
-    same_owner: torch.Tensor | None  # [N, N] float64, 1 where two states share an automaton
     size: int  # N
+
+    @cached_property
+    def np(self) -> dict[str, np.ndarray]:
+        """NumPy views of the index arrays (the dense programmes run in NumPy on the CPU)."""
+        names = ("src", "tok", "dst", "edge_owner", "initial", "accept", "state_owner", "cell")
+        return {name: getattr(self, name).cpu().numpy() for name in names}
 
     def dense(self, length: int) -> bool:
         """Whether the dense [L, N, N] tables fit (few tensor ops a position instead of many)."""
-        return self.same_owner is not None and length * self.size * self.size <= DENSE_MAX_CELLS
+        return self.size <= DENSE_MAX_STATES and length * self.size * self.size <= DENSE_MAX_CELLS
 
     @property
     def num_states(self) -> int:
@@ -74,9 +81,6 @@ class PackedAutomata:
         owner = torch.repeat_interleave(
             torch.arange(len(automata)), torch.tensor([a.num_states for a in automata])
         ).to(device)
-        same = None
-        if offset <= DENSE_MAX_STATES:
-            same = (owner[:, None] == owner[None, :]).double()
         return PackedAutomata(
             src=src,
             tok=cat([a.tok for a in automata]),
@@ -88,7 +92,6 @@ class PackedAutomata:
             state_owner=owner,
             num_automata=len(automata),
             cell=src * offset + dst,
-            same_owner=same,
             size=offset,
         )
 
@@ -203,75 +206,111 @@ def _best_final(
 def _viterbi_dense(
     packed: PackedAutomata, weights: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Viterbi with a dense max-plus table per position: T_t[s, s'] = max over tokens."""
+    """Viterbi with a dense max-plus table per position, T_t[s, s'] = max over tokens, in NumPy
+    (a handful of small array ops a position; torch's per-op overhead dominated here)."""
+    ix = packed.np
     n, (e, length) = packed.num_states, weights.shape
-    w = weights.T.contiguous()  # [L, E]
-    index = packed.cell.expand(length, e)
-    table = torch.full((length, n * n), NEG_INF, dtype=w.dtype, device=w.device)
-    table = table.scatter_reduce(1, index, w, "amax")
+    w = weights.detach().cpu().numpy().T  # [L, E]
+    rows = np.repeat(np.arange(length), e)
+    cells = np.tile(ix["cell"], length)
+    flat = w.reshape(-1)
+    table = np.full((length, n * n), -np.inf, dtype=w.dtype)
+    np.maximum.at(table, (rows, cells), flat)
     # the token behind each cell's maximum: lowest edge index among the maximal edges
-    hit = (w == table.gather(1, index)) & torch.isfinite(w)
-    edges = torch.arange(e, device=w.device).expand(length, e)
-    best = torch.full((length, n * n), e, dtype=torch.long, device=w.device)
-    best = best.scatter_reduce(1, index, torch.where(hit, edges, e), "amin")
-    table = table.view(length, n, n)
-    alpha = _start(packed, w.dtype, NEG_INF)
-    back = []
+    hit = (flat == table[rows, cells]) & np.isfinite(flat)
+    best = np.full((length, n * n), e, dtype=np.int64)
+    np.minimum.at(best, (rows[hit], cells[hit]), np.tile(np.arange(e), length)[hit])
+    table = table.reshape(length, n, n)
+    alpha = np.full(n, -np.inf, dtype=w.dtype)
+    alpha[ix["initial"]] = 0.0
+    back = np.empty((length, n), dtype=np.int64)
+    columns = np.arange(n)
     for t in range(length):
-        alpha, arg = (alpha[:, None] + table[t]).max(0)  # first maximum on ties
-        back.append(arg)
-    state, score, valid = _best_final(packed, alpha)
-    # backtrack over the K automata in plain Python (a few scalars a position), then one gather
-    pointers = torch.stack(back).tolist()
-    path = [state.tolist()]
+        cand = alpha[:, None] + table[t]
+        back[t] = cand.argmax(0)  # first maximum on ties
+        alpha = cand[back[t], columns]
+    final = np.where(ix["accept"], alpha, -np.inf)
+    k = packed.num_automata
+    bounds = [*ix["initial"].tolist(), n]
+    state = np.empty(k, dtype=np.int64)
+    score = np.empty(k, dtype=w.dtype)
+    for j in range(k):  # best accepting state of each automaton (lowest id on ties)
+        part = final[bounds[j] : bounds[j + 1]]
+        state[j] = bounds[j] + int(part.argmax())
+        score[j] = part.max()
+    valid = np.isfinite(score)
+    state = np.where(valid, state, ix["initial"])
+    after = np.empty((length, k), dtype=np.int64)
+    after[-1] = state
     for t in range(length - 1, 0, -1):
-        path.append([pointers[t][s] for s in path[-1]])
-    path.reverse()  # path[t][k] = state after position t
-    after = torch.tensor(path, dtype=torch.long, device=w.device)  # [L, K]
-    before = torch.cat([packed.initial[None, :], after[:-1]])
-    cells = before * n + after
-    edge = best.gather(1, cells)  # [L, K]
-    edge = torch.where(valid[None, :] & (edge < e), edge, torch.zeros_like(edge))
-    return packed.tok[edge].T.contiguous(), score
+        after[t - 1] = back[t][after[t]]
+    before = np.concatenate([ix["initial"][None, :], after[:-1]])
+    edge = best[np.arange(length)[:, None], before * n + after]  # [L, K]
+    edge = np.where(valid[None, :] & (edge < e), edge, 0)
+    tokens = torch.from_numpy(np.ascontiguousarray(ix["tok"][edge].T))
+    return tokens, torch.from_numpy(score)
 
 
-def _dense_sum_table(packed: PackedAutomata, probs: torch.Tensor) -> torch.Tensor:
+def _dense_sum_table(packed: PackedAutomata, probs: np.ndarray) -> np.ndarray:
     """``[L, N, N]``: M_t[s, s'] = sum of p_t(v) over the tokens v leading from s to s'."""
-    n, length = packed.num_states, probs.shape[1]
-    table = torch.zeros((length, n * n), dtype=probs.dtype, device=probs.device)
-    return table.index_add_(1, packed.cell, probs.T).view(length, n, n)
+    n, length = packed.num_states, probs.shape[0]
+    index = (np.arange(length)[:, None] * (n * n) + packed.np["cell"][None, :]).reshape(-1)
+    table = np.bincount(index, weights=probs.reshape(-1), minlength=length * n * n)
+    return table.reshape(length, n, n)
 
 
-def _rescale(x: torch.Tensor, same_owner: torch.Tensor) -> torch.Tensor:
-    """Divide each automaton's states by their sum (one matmul with the block-ones matrix)."""
-    return x / (x @ same_owner).clamp_min(1e-300)  # an empty automaton stays 0
+def _rescale(x: np.ndarray, packed: PackedAutomata) -> np.ndarray:
+    """Divide each automaton's states by their sum."""
+    ix = packed.np
+    total = np.add.reduceat(x, ix["initial"])[ix["state_owner"]]
+    return x / np.maximum(total, 1e-300)  # an empty automaton stays 0
 
 
-def _forward_dense(packed: PackedAutomata, table: torch.Tensor) -> torch.Tensor:
+def _forward_dense(packed: PackedAutomata, table: np.ndarray) -> np.ndarray:
     """Scaled forward pass as vector-matrix products with the dense tables ``[L, N, N]``."""
-    assert packed.same_owner is not None
-    alpha = _start(packed, table.dtype, 0.0)
-    out = [alpha]
-    length = table.shape[0]
+    length, n = table.shape[0], packed.num_states
+    out = np.empty((length + 1, n))
+    alpha = np.zeros(n)
+    alpha[packed.np["initial"]] = 1.0
+    out[0] = alpha
     for t in range(length):
         alpha = alpha @ table[t]
         if t % RESCALE_EVERY == RESCALE_EVERY - 1 or t == length - 1:
-            alpha = _rescale(alpha, packed.same_owner)
-        out.append(alpha)
-    return torch.stack(out)
+            alpha = _rescale(alpha, packed)
+        out[t + 1] = alpha
+    return out
 
 
-def _backward_dense(packed: PackedAutomata, table: torch.Tensor) -> torch.Tensor:
+def _backward_dense(packed: PackedAutomata, table: np.ndarray) -> np.ndarray:
     """Scaled backward pass as matrix-vector products with the dense tables."""
-    assert packed.same_owner is not None
-    beta = packed.accept.to(table.dtype)
-    out = [beta]
-    for t in range(table.shape[0] - 1, -1, -1):
+    length, n = table.shape[0], packed.num_states
+    out = np.empty((length + 1, n))
+    beta = packed.np["accept"].astype(np.float64)
+    out[length] = beta
+    for t in range(length - 1, -1, -1):
         beta = table[t] @ beta
         if t % RESCALE_EVERY == 0:
-            beta = _rescale(beta, packed.same_owner)
-        out.append(beta)
-    return torch.stack(out[::-1])
+            beta = _rescale(beta, packed)
+        out[t] = beta
+    return out
+
+
+def _marginals_dense(
+    packed: PackedAutomata, weights: torch.Tensor, tokens: torch.Tensor
+) -> torch.Tensor:
+    ix = packed.np
+    probs = np.exp(weights.detach().cpu().numpy().astype(np.float64).T)  # [L, E]
+    table = _dense_sum_table(packed, probs)
+    alpha, beta = _forward_dense(packed, table), _backward_dense(packed, table)
+    edge = alpha[:-1][:, ix["src"]] * probs * beta[1:][:, ix["dst"]]  # [L, E]
+    chosen = ix["tok"][None, :] == tokens.numpy().T[:, ix["edge_owner"]]  # [L, E]
+    length, k = probs.shape[0], packed.num_automata
+    index = (np.arange(length)[:, None] * k + ix["edge_owner"][None, :]).reshape(-1)
+    total = np.bincount(index, weights=edge.reshape(-1), minlength=length * k)
+    mine = np.bincount(index, weights=(edge * chosen).reshape(-1), minlength=length * k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.nan_to_num(mine / total, nan=0.0).reshape(length, k).T
+    return torch.from_numpy(np.ascontiguousarray(out)).float()
 
 
 def viterbi(
@@ -298,12 +337,10 @@ def token_marginals(
     With the scaled passes, alpha_t(src) p_t(e) beta_{t+1}(dst) over the edges of one automaton at
     one position is proportional to the edge marginals with a factor that cancels in the ratio.
     """
+    if packed.dense(weights.shape[1]) if dense is None else dense:
+        return _marginals_dense(packed, weights, tokens)
     probs = torch.exp(weights.double())
-    if packed.dense(probs.shape[1]) if dense is None else dense:
-        table = _dense_sum_table(packed, probs)
-        alpha, beta = _forward_dense(packed, table), _backward_dense(packed, table)
-    else:
-        alpha, beta = _forward_sparse(packed, probs)[0], _backward_sparse(packed, probs)
+    alpha, beta = _forward_sparse(packed, probs)[0], _backward_sparse(packed, probs)
     edge = alpha[:-1, packed.src].T * probs * beta[1:, packed.dst].T  # [E, L]
     chosen = packed.tok[:, None] == tokens[packed.edge_owner]  # [E, L]
     shape = (packed.num_automata, probs.shape[1])
