@@ -190,3 +190,4 @@ def test_triton_on_cpu_without_interpreter_errors(monkeypatch: pytest.MonkeyPatc
         _dispatch.resolve_backend("triton", torch.device("cpu"))
     assert _dispatch.resolve_backend("auto", torch.device("cpu")) == "torch"
     assert _dispatch.resolve_backend("auto", torch.device("cuda")) == "triton"
+    assert _dispatch.resolve_backend("auto", torch.device("cuda"), torch.float64) == "torch"

@@ -72,10 +72,10 @@ def _rel_err(a: torch.Tensor, ref: torch.Tensor, floor: float = FLOOR) -> float:
 
 
 def _compare(x64: dict[str, torch.Tensor], dtype: torch.dtype, tol: float,
-             cu: torch.Tensor | None, seed: int, grads: bool = True) -> None:
+             cu: torch.Tensor | None, seed: int, grads: bool = True, **kw: object) -> None:
     gen = torch.Generator().manual_seed(seed + 1)
     leaves64 = {n: t.clone().requires_grad_(grads) for n, t in x64.items()}
-    o_ref, s_ref = recurrent_gated_delta_rule_torch(**leaves64, cu_seqlens=cu)
+    o_ref, s_ref = recurrent_gated_delta_rule_torch(**leaves64, cu_seqlens=cu, **kw)
     # the output gradient reaches the kernel in o's dtype: give the reference the same one
     w_o = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64).to(dtype).double()
     w_s = torch.randn(s_ref.shape, generator=gen, dtype=torch.float64)
@@ -84,7 +84,7 @@ def _compare(x64: dict[str, torch.Tensor], dtype: torch.dtype, tol: float,
         .requires_grad_(grads)
         for n, t in x64.items()
     }
-    o, s = chunk_gated_delta_rule(**leaves, cu_seqlens=cu, backend="triton")
+    o, s = chunk_gated_delta_rule(**leaves, cu_seqlens=cu, backend="triton", **kw)
     assert o.dtype == dtype and s.dtype == torch.float32
     assert _rel_err(o, o_ref) < tol, _rel_err(o, o_ref)
     assert _rel_err(s, s_ref) < tol, _rel_err(s, s_ref)
@@ -129,6 +129,14 @@ def test_gates_near_one_several_value_tiles(seed: int, poison: None,
     for t in (63, 7):
         x = gdn_inputs(1, t, 1, 2, 16, 32, gate="near1", seed=seed + t)
         _compare(_as64(x, torch.float32), torch.float32, FP32_TOL, None, seed)
+
+
+def test_no_l2norm_custom_scale(seed: int, poison: None) -> None:
+    """use_qk_l2norm=False and an explicit scale; |k| ~ 0.8 keeps the raw delta rule stable."""
+    x = gdn_inputs(1, 70, 1, 2, 16, 16, n_states=1, seed=seed)
+    x["q"], x["k"] = x["q"] * 0.2, x["k"] * 0.2
+    _compare(_as64(x, torch.float32), torch.float32, FP32_TOL, None, seed, use_qk_l2norm=False,
+             scale=0.7)
 
 
 def test_bf16_inputs(seed: int, poison: None) -> None:

@@ -51,7 +51,7 @@ def chunk_gated_delta_rule(
         use_qk_l2norm=use_qk_l2norm,
     )
     # an empty input (T = 0) has nothing to launch: the reference returns the state unchanged
-    if resolve_backend(backend, q.device) == "torch" or q.shape[1] == 0:
+    if resolve_backend(backend, q.device, q.dtype) == "torch" or q.shape[1] == 0:
         return chunk_gated_delta_rule_torch(q, k, v, g, beta, **kwargs)
     from decision.kernels.gated_delta_rule.triton_chunk import chunk_gated_delta_rule_triton
 
@@ -81,7 +81,7 @@ def block_attention(
         readout_scale=readout_scale,
         use_qk_l2norm=use_qk_l2norm,
     )
-    if resolve_backend(backend, q.device) == "torch":
+    if resolve_backend(backend, q.device, q.dtype) == "torch":
         return block_attention_torch(q, k, v, state, history_logit, **kwargs)
     from decision.kernels.block_attention.triton_fused import block_attention_triton
 

@@ -23,13 +23,17 @@ def triton_interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
 
-def resolve_backend(backend: str, device: torch.device) -> str:
-    """Map ``auto``/``triton``/``torch`` and the tensors' device to ``"triton"`` or ``"torch"``."""
+def resolve_backend(backend: str, device: torch.device,
+                    dtype: torch.dtype = torch.float32) -> str:
+    """Map ``auto``/``triton``/``torch`` and the tensors' device to ``"triton"`` or ``"torch"``.
+
+    ``auto`` sends float64 to the reference even on CUDA: the kernels compute in fp32.
+    """
     check_backend(backend)
     if backend == "torch":
         return "torch"
     if backend == "auto":
-        return "triton" if device.type == "cuda" else "torch"
+        return "triton" if device.type == "cuda" and dtype != torch.float64 else "torch"
     if device.type == "cuda":
         return "triton"
     if device.type == "cpu" and triton_interpreting():
