@@ -15,6 +15,7 @@ from apps.xiangqi.evaluate import (
     BatchingModel,
     agreement,
     agreement_sample,
+    move_timing,
     play_match,
     position_key,
     training_keys,
@@ -178,6 +179,8 @@ def test_agreement_on_tiny_model_is_well_formed(games: list[GameRecord], tiny: A
     unseen = sum(key not in seen for _, key, _ in sample)
     assert result.unseen_positions == unseen
     assert sum(p["n"] for p in result.by_phase.values()) == 6
+    timing = move_timing(tiny, sample[:2])
+    assert timing["positions"] == 2 and timing["wall_s"] > 0
 
 
 def test_batched_decisions_equal_model_player_alone(games: list[GameRecord], tiny: Any) -> None:
@@ -196,6 +199,7 @@ def test_match_on_tiny_model_plays_only_legal_moves(tiny: Any) -> None:
     assert result.wins + result.draws + result.unfinished + result.losses == 2
     assert [r["model"] for r in result.results] == ["red", "black"]
     assert result.model_moves == sum(r["model_moves"] for r in result.results) > 0
+    assert result.mean_material == sum(r["material"] for r in result.results) / 2
     for record in result.results:  # replay: every move (the model's included) is legal
         board = Board()
         for move in record["moves"].split():

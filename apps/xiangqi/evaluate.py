@@ -37,8 +37,9 @@ from typing import Any
 import torch
 
 from apps.xiangqi.board import Board
+from apps.xiangqi.core import BLACK, RED
 from apps.xiangqi.model_player import ModelPlayer
-from apps.xiangqi.players import GreedyPlayer, Player, RandomPlayer, play_game
+from apps.xiangqi.players import GreedyPlayer, Player, RandomPlayer, material, play_game
 from apps.xiangqi.training import (
     GameRecord,
     MoveExample,
@@ -225,6 +226,7 @@ class MatchResult:
     unfinished: int  # stopped at max_plies, counted as draws in the score
     losses: int
     score: float  # (wins + (draws + unfinished) / 2) / games
+    mean_material: float  # model's material minus the opponent's at the end (soldier units)
     model_moves: int
     seconds: float
     results: list[dict[str, Any]]
@@ -268,8 +270,12 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
         outcome = ("win" if result == mine else "loss" if result == theirs
                    else "draw" if result == "1/2-1/2" else "unfinished")
         model_moves = sum(1 for k in range(len(moves)) if (k % 2 == 0) == model_red)
+        final = Board()
+        for move in moves:
+            final.push_iccs(move)  # replayed: every move of the game is checked legal again
         record = {"game": i, "model": "red" if model_red else "black", "result": result,
                   "outcome": outcome, "plies": len(moves), "model_moves": model_moves,
+                  "material": material(final, RED if model_red else BLACK),
                   "moves": " ".join(moves)}
         if progress is not None:
             with lock, Path(progress).open("a") as f:
@@ -288,9 +294,24 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
         opponent=opponent, games=games, max_plies=max_plies, wins=count["win"],
         draws=count["draw"], unfinished=count["unfinished"], losses=count["loss"],
         score=(count["win"] + (count["draw"] + count["unfinished"]) / 2) / games,
+        mean_material=sum(r["material"] for r in results) / games,
         model_moves=sum(r["model_moves"] for r in results),
         seconds=round(time.monotonic() - t0, 1), results=results,
     )
+
+
+def move_timing(model: Any, sample: Sequence[tuple[MoveExample, int, int]]) -> dict[str, Any]:
+    """Wall and CPU seconds of one unbatched decision, as ModelPlayer makes it (mean)."""
+    from decision.joint.engine import decide
+
+    wall = cpu = 0.0
+    for ex, _, _ in sample:
+        w, c = time.perf_counter(), time.process_time()
+        decide(model, ex.document, [ex.question], mode="joint", threshold=0.9)
+        wall += time.perf_counter() - w
+        cpu += time.process_time() - c
+    n = max(1, len(sample))
+    return {"positions": len(sample), "wall_s": round(wall / n, 3), "cpu_s": round(cpu / n, 3)}
 
 
 # ---------------------------------------------------------------------- command line
@@ -315,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     agr.add_argument("--batch-size", type=int, default=32)
     agr.add_argument("--train-games", default=str(DATA / "train-games.jsonl.gz"))
     agr.add_argument("--valid-games", default=str(DATA / "valid-games.jsonl.gz"))
+    agr.add_argument("--timing", type=int, default=0,
+                     help="also time this many unbatched decisions (ModelPlayer's call)")
     agr.add_argument("--keys-cache", default="runs/xiangqi-train-keys.npy",
                      help="where the training positions' keys are kept between runs")
     keys = sub.add_parser("keys", help="compute and cache the training positions' keys")
@@ -338,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
         sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
         seen = cached_training_keys(args.train_games, args.keys_cache)
         result: Any = agreement(model, sample, seen, args.batch_size)
+        if args.timing:
+            timing = move_timing(model, sample[: args.timing])
+            print(json.dumps({"unbatched_move": timing}))
     else:
         result = play_match(model, args.opponent, args.games, args.max_plies, args.seed,
                             args.concurrency, args.progress)
