@@ -169,3 +169,36 @@ def test_shipped_model_answers_a_group_in_both_modes() -> None:
                 assert a.value in q.answer["options"]
             else:
                 assert isinstance(a.value, bool)
+
+
+def test_sigterm_stops_after_the_step_with_a_checkpoint(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    from decision.tokenizer import special_ids, train_tokenizer
+    from decision.train.loop import CHECKPOINT_DIR, LoopHooks, load_trainer_state, train_loop
+    from decision.train.recipe import build_model
+
+    cfg = tiny_config(tmp_path, max_steps=50)
+    tok = train_tokenizer([generate_text(s) for s in range(20)], 400)
+    model = build_model(cfg, tok)
+    source = RowSource(cfg, tok)
+    ids = special_ids(tok)
+
+    def rows(i: int):  # noqa: ANN202 - the hook's row type
+        if i == 2 * cfg.optim.batch_size:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return source.row(i)
+
+    result = train_loop(model, cfg, LoopHooks(rows, ids.pad, ids.mask, log=lambda s: None),
+                        tmp_path)
+    assert result.stopped_because == f"signal {int(signal.SIGTERM)}"
+    assert result.step == 3
+    assert load_trainer_state(tmp_path / CHECKPOINT_DIR)["step"] == 3
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def generate_text(seed: int) -> str:
+    from apps.contracts.generator import generate_group
+
+    return generate_group(seed, 1).document

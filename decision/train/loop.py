@@ -12,7 +12,9 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -222,6 +224,16 @@ def load_trainer_state(ckpt: Path) -> dict[str, Any]:
         raise CheckpointError(f"cannot read trainer state {path}: {exc}") from exc
 
 
+def _install_stop_handlers(flag: list[int]) -> dict[int, Any]:
+    """SIGTERM/SIGINT end the run after the current step, with a final checkpoint."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, lambda signum, frame: flag.append(signum))
+    return previous
+
+
 def train_loop(
     model: TrainableModel,
     cfg: TrainConfig,
@@ -255,7 +267,7 @@ def train_loop(
 
     t0 = time.monotonic()
     last_ckpt = t0
-    window_loss, window_tokens, window_t = 0.0, 0, t0
+    window_loss, window_tokens, window_n, window_t = 0.0, 0, 0, t0
     losses: list[float] = []
     bs = cfg.optim.batch_size
     reason = "max_steps"
@@ -266,7 +278,12 @@ def train_loop(
             out_dir, model, opt, sched, gen, step, prior_s + time.monotonic() - t0, evals, cfg
         )
 
+    stop_signal: list[int] = []
+    previous = _install_stop_handlers(stop_signal)
     while step < stop_step:
+        if stop_signal:
+            reason = f"signal {stop_signal[0]}"
+            break
         if minutes > 0 and time.monotonic() - t0 >= minutes * 60:
             reason = "time budget"
             break
@@ -284,15 +301,15 @@ def train_loop(
         losses.append(lv)
         window_loss += lv
         window_tokens += batch.n_tokens
+        window_n += 1
         if step % cfg.run.log_every == 0:
             now = time.monotonic()
-            n = cfg.run.log_every
             hooks.log(
-                f"step {step} loss {window_loss / n:.4f} lr {sched.get_last_lr()[0]:.2e} "
+                f"step {step} loss {window_loss / window_n:.4f} lr {sched.get_last_lr()[0]:.2e} "
                 f"tok/s {window_tokens / max(1e-9, now - window_t):.0f} "
                 f"elapsed {(prior_s + now - t0) / 60:.1f} min"
             )
-            window_loss, window_tokens, window_t = 0.0, 0, now
+            window_loss, window_tokens, window_n, window_t = 0.0, 0, 0, now
         if hooks.validate is not None and step % cfg.run.eval_every == 0:
             record = hooks.validate(model, step)
             model.train()
@@ -308,6 +325,8 @@ def train_loop(
             last_ckpt = time.monotonic()
             hooks.log(f"checkpoint at step {step}")
     checkpoint()
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
     elapsed = prior_s + time.monotonic() - t0
     hooks.log(f"stopped at step {step} ({reason}); {elapsed / 60:.1f} min in all")
     return LoopResult(step, losses, evals, reason, elapsed)
