@@ -44,6 +44,11 @@ BT = 64  # chunk size, as in the reference and fla
 MAX_BV = 32
 NUM_WARPS = {"_wy_fwd_kernel": 8, "_state_fwd_kernel": 8, "_output_fwd_kernel": 8,
              "_state_bwd_kernel": 8}
+NUM_WARPS["_chunk_bwd_kernel"] = 8
+# chunk-local gradients: the Triton kernel (whole Dv in one tile, so Dv <= 128) or batched
+# PyTorch autograd of naive.chunk_local (same result; tests compare both)
+LOCAL_BACKWARD = "triton"
+MAX_DV_LOCAL_BWD = 128
 # 2 pipeline stages for the state backward: 153 KiB of shared memory (fits an A100) instead of
 # 186 KiB, and fewer spills; the others keep Triton's default of 3
 NUM_STAGES = {"_state_bwd_kernel": 2}
@@ -72,6 +77,16 @@ def _normalise(x, L2: tl.constexpr, EPS: tl.constexpr):
 
 
 @triton.jit
+def _normalise_r(x, L2: tl.constexpr, EPS: tl.constexpr):
+    """(x normalised, 1 / norm per row) -- the factor is kept for the backward of the norm."""
+    if L2:
+        r = 1.0 / tl.sqrt(tl.sum(x * x, 1) + EPS)
+    else:
+        r = tl.full([x.shape[0]], 1.0, tl.float32)
+    return x * r[:, None], r
+
+
+@triton.jit
 def _chunk_rows(cu_ptr, idx_ptr, i_c, BT: tl.constexpr):
     """Rows of chunk ``i_c``: (positions [BT], valid mask [BT], position of its first row)."""
     i_n = tl.load(idx_ptr + 2 * i_c)
@@ -95,6 +110,28 @@ def _intra(q, k, gc, valid, PREC: tl.constexpr, BT: tl.constexpr):
 
 
 @triton.jit
+def _ut_inverse(a, PREC: tl.constexpr, BT: tl.constexpr, SUB: tl.constexpr):
+    """T = (I + A)^-1 for a strictly lower triangular [BT, BT] tile A."""
+    rows = tl.arange(0, BT)
+    # UT transform T = (I + A)^-1 (A strictly lower). Split I + A = D + L0 into its 16x16
+    # block diagonal D and strictly block-lower L0. D^-1 by forward substitution, the 4 diagonal
+    # blocks at once (row i of each block: e_i - sum_{j<i} A_ij Dinv_j; rows finish in order).
+    # Then I + A = D (I + N) with N = D^-1 L0 nilpotent (N^4 = 0 for 4 blocks), so
+    # T = (I - N)(I + N^2) D^-1: the terms of block forward substitution, no extra cancellation.
+    same_blk = (rows[:, None] // SUB) == (rows[None, :] // SUB)
+    eye = tl.where(rows[:, None] == rows[None, :], 1.0, 0.0)
+    a_d = tl.where(same_blk, a, 0.0)
+    tm = eye
+    for i in range(1, SUB):
+        sel = (rows % SUB) == i
+        upd = tl.dot(tl.where(sel[:, None], a_d, 0.0), tm, input_precision=PREC)
+        tm = tl.where(sel[:, None], tm - upd, tm)
+    n1 = tl.dot(tm, tl.where(same_blk, 0.0, a), input_precision=PREC)
+    n2 = tl.dot(n1, n1, input_precision=PREC)
+    return tl.dot(tl.dot(eye - n1, eye + n2, input_precision=PREC), tm, input_precision=PREC)
+
+
+@triton.jit
 def _wy_fwd_kernel(
     k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, gc_ptr, cu_ptr, idx_ptr,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
@@ -115,22 +152,7 @@ def _wy_fwd_kernel(
     strict = rows[:, None] > rows[None, :]
     gamma = tl.where(strict, tl.exp(tl.where(strict, gc[:, None] - gc[None, :], 0.0)), 0.0)
     a = tl.dot(kb, tl.trans(k), input_precision=PREC) * gamma
-    # UT transform T = (I + A)^-1 (A strictly lower). Split I + A = D + L0 into its 16x16
-    # block diagonal D and strictly block-lower L0. D^-1 by forward substitution, the 4 diagonal
-    # blocks at once (row i of each block: e_i - sum_{j<i} A_ij Dinv_j; rows finish in order).
-    # Then I + A = D (I + N) with N = D^-1 L0 nilpotent (N^4 = 0 for 4 blocks), so
-    # T = (I - N)(I + N^2) D^-1: the terms of block forward substitution, no extra cancellation.
-    same_blk = (rows[:, None] // SUB) == (rows[None, :] // SUB)
-    eye = tl.where(rows[:, None] == rows[None, :], 1.0, 0.0)
-    a_d = tl.where(same_blk, a, 0.0)
-    tm = eye
-    for i in range(1, SUB):
-        sel = (rows % SUB) == i
-        upd = tl.dot(tl.where(sel[:, None], a_d, 0.0), tm, input_precision=PREC)
-        tm = tl.where(sel[:, None], tm - upd, tm)
-    n1 = tl.dot(tm, tl.where(same_blk, 0.0, a), input_precision=PREC)
-    n2 = tl.dot(n1, n1, input_precision=PREC)
-    tm = tl.dot(tl.dot(eye - n1, eye + n2, input_precision=PREC), tm, input_precision=PREC)
+    tm = _ut_inverse(a, PREC, BT, SUB)
     w = tl.dot(tm, kb * tl.exp(gc)[:, None], input_precision=PREC)
     ck = tl.arange(0, BK)
     tl.store(w_ptr + (pos[:, None] * HV + i_h) * DK + ck[None, :], w,
@@ -271,6 +293,113 @@ def _state_bwd_kernel(
     tl.store(dh0_ptr + (i_n * HV + i_h) * DK * DV + s_off, ds, mask=smask)
 
 
+@triton.jit
+def _chunk_bwd_kernel(
+    q_ptr, k_ptr, v_ptr, beta_ptr, gc_ptr, h_ptr, dh_ptr, do_ptr,
+    dq_ptr, dk_ptr, dv_ptr, dg_ptr, db_ptr, cu_ptr, idx_ptr, scale,
+    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BVF: tl.constexpr,
+    L2: tl.constexpr, EPS: tl.constexpr, PREC: tl.constexpr, SUB: tl.constexpr = 16,
+):
+    """Chunk-local gradients of one (chunk, value head), given S entering and dS' leaving.
+
+    Reverse mode of the chunk form (see the module docstring), with Gamma_ij = exp(G_i - G_j):
+    every term X_ij * Gamma_ij adds (dX_ij X_ij Gamma_ij) to dG_i and subtracts it from dG_j;
+    T = (I + A)^-1 gives dA = -T^T dT T^T; finally dg = reverse cumsum of dG in the chunk.
+    Gradients are per value head (the wrapper sums a key head's group).
+    """
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1)
+    pos, valid, start = _chunk_rows(cu_ptr, idx_ptr, i_c, BT)
+    rows = tl.arange(0, BT)
+    i_kh = i_h // (HV // HK)
+    ck = tl.arange(0, BK)
+    cv = tl.arange(0, BVF)
+    q, rq = _normalise_r(_load_rows(q_ptr, pos, valid, i_kh, HK, DK, BK), L2, EPS)
+    k, rk = _normalise_r(_load_rows(k_ptr, pos, valid, i_kh, HK, DK, BK), L2, EPS)
+    qs = q * scale
+    v = _load_rows(v_ptr, pos, valid, i_h, HV, DV, BVF)
+    do = _load_rows(do_ptr, pos, valid, i_h, HV, DV, BVF)
+    b = tl.load(beta_ptr + pos * HV + i_h, mask=valid, other=0.0).to(tl.float32)
+    b = tl.where(valid, tl.sigmoid(b), 0.0)
+    gc = tl.load(gc_ptr + pos * HV + i_h, mask=valid, other=0.0)
+    n_valid = tl.sum(valid.to(tl.int32), 0)
+    g_last = tl.load(gc_ptr + (start + n_valid - 1) * HV + i_h)
+    s_off = (i_c.to(tl.int64) * HV + i_h) * DK * DV + ck[:, None] * DV + cv[None, :]
+    smask = (ck[:, None] < DK) & (cv[None, :] < DV)
+    st = tl.load(h_ptr + s_off, mask=smask, other=0.0)
+    dst = tl.load(dh_ptr + s_off, mask=smask, other=0.0)
+    both = valid[:, None] & valid[None, :]
+    lower = (rows[:, None] >= rows[None, :]) & both
+    strict = (rows[:, None] > rows[None, :]) & both
+    gam = tl.where(lower, tl.exp(tl.where(lower, gc[:, None] - gc[None, :], 0.0)), 0.0)
+    eg = tl.where(valid, tl.exp(gc), 0.0)
+    edl = tl.where(valid, tl.exp(g_last - gc), 0.0)
+    # recompute the forward pieces of this chunk
+    kk = tl.dot(k, tl.trans(k), input_precision=PREC)
+    a = tl.where(strict, b[:, None] * kk * gam, 0.0)
+    tm = _ut_inverse(a, PREC, BT, SUB)
+    kbg = k * (b * eg)[:, None]
+    vb = v * b[:, None]
+    w = tl.dot(tm, kbg, input_precision=PREC)
+    vn = tl.dot(tm, vb, input_precision=PREC) - tl.dot(w, st, input_precision=PREC)
+    qk = tl.dot(qs, tl.trans(k), input_precision=PREC)
+    p = qk * gam
+    kd = k * edl[:, None]
+    # O = (Q e^G) S + P V'  and  S' = e^{G_C} S + Kd^T V'
+    dvn = tl.dot(tl.trans(p), do, input_precision=PREC) + tl.dot(kd, dst, input_precision=PREC)
+    dqg = tl.dot(do, tl.trans(st), input_precision=PREC)
+    dq = dqg * eg[:, None]
+    dgc = tl.sum(dqg * qs * eg[:, None], 1)
+    dp = tl.where(lower, tl.dot(do, tl.trans(vn), input_precision=PREC), 0.0)
+    dpg = dp * gam
+    dq += tl.dot(dpg, k, input_precision=PREC)
+    dk = tl.dot(tl.trans(dpg), qs, input_precision=PREC)
+    t1 = dp * p
+    dgc += tl.sum(t1, 1) - tl.sum(t1, 0)
+    dgl = tl.sum(tl.sum(st * dst, 1), 0) * tl.exp(g_last)
+    dkd = tl.dot(vn, tl.trans(dst), input_precision=PREC)
+    dk += dkd * edl[:, None]
+    t2 = tl.sum(dkd * kd, 1)
+    dgl += tl.sum(t2, 0)
+    dgc -= t2
+    # V' = U - W S,  U = T (beta V),  W = T (beta K e^G)
+    dw = -tl.dot(dvn, tl.trans(st), input_precision=PREC)
+    tmt = tl.trans(tm)
+    dkbg = tl.dot(tmt, dw, input_precision=PREC)
+    dvb = tl.dot(tmt, dvn, input_precision=PREC)
+    dtm = tl.dot(dw, tl.trans(kbg), input_precision=PREC)
+    dtm += tl.dot(dvn, tl.trans(vb), input_precision=PREC)
+    da = -tl.dot(tl.dot(tmt, dtm, input_precision=PREC), tmt, input_precision=PREC)
+    da = tl.where(strict, da, 0.0)
+    dk += dkbg * (b * eg)[:, None]
+    db = tl.sum(dkbg * k, 1) * eg
+    dgc += tl.sum(dkbg * kbg, 1)
+    dv = dvb * b[:, None]
+    db += tl.sum(dvb * v, 1)
+    # A = strictly_lower(beta_i (k_i . k_j) Gamma_ij)
+    dag = da * gam
+    db += tl.sum(dag * kk, 1)
+    dkk = dag * b[:, None]
+    dk += tl.dot(dkk, k, input_precision=PREC) + tl.dot(tl.trans(dkk), k, input_precision=PREC)
+    t3 = da * a
+    dgc += tl.sum(t3, 1) - tl.sum(t3, 0)
+    dgc += tl.where(rows == n_valid - 1, dgl, 0.0)  # G_C is the last real row's G
+    dg = tl.cumsum(dgc, 0, reverse=True)  # G_i = sum_{t<=i} g_t
+    db = db * b * (1.0 - b)  # through the sigmoid
+    dq = dq * scale
+    if L2:  # through x^ = x r:  dx = r (dx^ - x^ (x^ . dx^))
+        dq = rq[:, None] * (dq - q * tl.sum(q * dq, 1)[:, None])
+        dk = rk[:, None] * (dk - k * tl.sum(k * dk, 1)[:, None])
+    kmask = valid[:, None] & (ck[None, :] < DK)
+    vmask = valid[:, None] & (cv[None, :] < DV)
+    tl.store(dq_ptr + (pos[:, None] * HV + i_h) * DK + ck[None, :], dq, mask=kmask)
+    tl.store(dk_ptr + (pos[:, None] * HV + i_h) * DK + ck[None, :], dk, mask=kmask)
+    tl.store(dv_ptr + (pos[:, None] * HV + i_h) * DV + cv[None, :], dv, mask=vmask)
+    tl.store(dg_ptr + pos * HV + i_h, dg, mask=valid)
+    tl.store(db_ptr + pos * HV + i_h, db, mask=valid)
+
+
 def _pow2(n: int, lo: int = 16) -> int:
     return max(lo, triton.next_power_of_2(n))
 
@@ -360,6 +489,30 @@ def _chunk_local_backward(
     return tuple(gr.to(t.dtype) for gr, t in zip(grads, x, strict=True))
 
 
+def _chunk_local_backward_triton(
+    m: _Meta, x: tuple[torch.Tensor, ...], gc: torch.Tensor, h: torch.Tensor, do: torch.Tensor,
+    dh: torch.Tensor, cu: torch.Tensor, idx: torch.Tensor,
+) -> tuple[torch.Tensor, ...]:
+    """Same result as :func:`_chunk_local_backward`, by ``_chunk_bwd_kernel`` (one program per
+    chunk and value head, the whole Dv in one tile)."""
+    q, k, v, _, beta = x
+    f32 = dict(dtype=torch.float32, device=q.device)
+    dq = _empty(m.t, m.hv, m.dk, **f32)
+    dk = _empty(m.t, m.hv, m.dk, **f32)
+    dv = _empty(m.t, m.hv, m.dv, **f32)
+    dg = _empty(m.t, m.hv, **f32)
+    db = _empty(m.t, m.hv, **f32)
+    consts = dict(m.consts(), BVF=_pow2(m.dv))
+    del consts["BV"]
+    _chunk_bwd_kernel[(idx.shape[0], m.hv)](
+        q, k, v, beta, gc, h, dh, do, dq, dk, dv, dg, db, cu, idx, m.scale, **consts,
+        num_warps=NUM_WARPS["_chunk_bwd_kernel"])
+    grp = m.hv // m.hk  # value heads sharing a key head add their q/k gradients
+    dq = dq.view(m.t, m.hk, grp, m.dk).sum(2)
+    dk = dk.view(m.t, m.hk, grp, m.dk).sum(2)
+    return tuple(gr.to(t.dtype) for gr, t in zip((dq, dk, dv, dg, db), x, strict=True))
+
+
 class _ChunkGatedDeltaRule(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, g, beta, h0, cu_seqlens, scale, l2):  # type: ignore[override]
@@ -387,9 +540,13 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
                                 off, m.scale, HAS_DHT=dht is not None, **m.consts(),
                                 num_warps=NUM_WARPS["_state_bwd_kernel"],
                                 num_stages=NUM_STAGES["_state_bwd_kernel"])
-        with torch.enable_grad():
-            dq, dk, dv, dg, dbeta = _chunk_local_backward(m, (q, k, v, g, beta), h, do, dh, cu,
-                                                          idx)
+        if LOCAL_BACKWARD == "triton" and m.dv <= MAX_DV_LOCAL_BWD:
+            dq, dk, dv, dg, dbeta = _chunk_local_backward_triton(m, (q, k, v, g, beta), gc, h,
+                                                                 do, dh, cu, idx)
+        else:
+            with torch.enable_grad():
+                dq, dk, dv, dg, dbeta = _chunk_local_backward(m, (q, k, v, g, beta), h, do, dh,
+                                                              cu, idx)
         dh0 = dh0.to(h0.dtype) if h0 is not None else None
         return dq, dk, dv, dg, dbeta, dh0, None, None, None
 
