@@ -104,5 +104,19 @@ def test_empty_row_custom_readout_no_l2(seed: int, poison: None) -> None:
     _compare(x, torch.float32, FP32_TOL, seed, readout_scale=0.5, use_qk_l2norm=False)
 
 
+def test_broadcast_output_gradient(seed: int) -> None:
+    """o.sum() hands the backward a stride-0 (expanded) gradient."""
+    x = block_inputs(2, 9, 1, 2, 16, 16, seed=seed)
+    grads = []
+    for backend in ("torch", "triton"):
+        leaves = {n: (t.clone().to(DEVICE).requires_grad_() if t.is_floating_point()
+                      else t.to(DEVICE)) for n, t in x.items()}
+        names = [n for n, t in leaves.items() if t.is_floating_point()]
+        o = block_attention(**leaves, backend=backend)
+        grads.append(torch.autograd.grad(o.sum(), [leaves[n] for n in names]))
+    for name, a, b in zip(names, *grads, strict=True):
+        assert _rel_err(a, b, REDUCED_FLOOR.get(name, FLOOR)) < FP32_TOL, name
+
+
 def test_bf16_inputs(seed: int, poison: None) -> None:
     _compare(block_inputs(2, 33, 1, 2, 16, 16, seed=seed), torch.bfloat16, BF16_TOL, seed)

@@ -14,6 +14,7 @@ import random
 
 import pytest
 import torch
+from triton.runtime.errors import OutOfResources
 
 from decision.kernels import _dispatch, chunk_gated_delta_rule, recurrent_gated_delta_rule_torch
 from decision.kernels.gated_delta_rule import triton_chunk
@@ -150,6 +151,41 @@ def test_pytorch_chunk_local_backward_fallback(seed: int, poison: None,
 def test_bf16_inputs(seed: int, poison: None) -> None:
     x = gdn_inputs(1, 65, 1, 2, 16, 16, n_states=1, seed=seed)
     _compare(_as64(x, torch.bfloat16), torch.bfloat16, BF16_TOL, None, seed)
+
+
+def test_broadcast_output_gradients(seed: int) -> None:
+    """o.sum() + state.sum() hands the backward stride-0 (expanded) gradients."""
+    x = gdn_inputs(1, 20, 1, 2, 16, 16, n_states=1, seed=seed)
+    grads = []
+    for backend in ("torch", "triton"):
+        leaves = {n: t.clone().to(DEVICE).requires_grad_() for n, t in x.items()}
+        o, s = chunk_gated_delta_rule(**leaves, backend=backend)
+        grads.append(torch.autograd.grad(o.sum() + s.sum(), list(leaves.values())))
+    for a, b in zip(*grads, strict=True):
+        assert _rel_err(a, b) < FP32_TOL
+
+
+def test_falls_back_when_the_local_kernel_does_not_fit(seed: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU without the shared memory for the chunk-local kernel gets the autograd path."""
+    attempts = []
+
+    def no_fit(*args: object, **kwargs: object) -> None:
+        attempts.append(1)
+        raise OutOfResources(573440, 232448, "shared memory")
+
+    monkeypatch.setattr(triton_chunk, "_chunk_local_backward_triton", no_fit)
+    monkeypatch.setattr(triton_chunk, "_NO_FIT", set())
+    x = gdn_inputs(1, 20, 1, 2, 16, 16, n_states=1, seed=seed)
+    ref = None
+    for _ in range(2):
+        leaves = {n: t.clone().to(DEVICE).requires_grad_() for n, t in x.items()}
+        o, s = chunk_gated_delta_rule(**leaves, backend="triton")
+        got = torch.autograd.grad(o.sum() + s.sum(), list(leaves.values()))
+        ref = ref or got
+        for a, b in zip(got, ref, strict=True):
+            assert torch.isfinite(a).all() and torch.equal(a, b)
+    assert len(attempts) == 1  # remembered: not tried again for the same shape
 
 
 def test_no_final_state_and_dispatch(seed: int) -> None:

@@ -91,7 +91,8 @@ def all_kernels(dtype: str = "bf16", d: int = 128) -> list[tuple[Any, dict[str, 
     ptr["m_ptr"] = "*i8"
     for n in ("w_ptr", "u_ptr", "gc_ptr", "h0_ptr", "h_ptr", "vn_ptr", "ht_ptr", "dht_ptr",
               "dh_ptr", "dh0_ptr", "s_ptr", "scale_ptr", "cal_ptr", "lle_ptr", "lse_ptr",
-              "of_ptr", "delta_ptr", "dq_ptr", "du_ptr", "ds_ptr", "dsc_ptr", "dk_ptr", "dv_ptr"):
+              "of_ptr", "delta_ptr", "dq_ptr", "du_ptr", "ds_ptr", "dsc_ptr", "dk_ptr", "dv_ptr",
+              "dg_ptr", "db_ptr"):
         ptr[n] = f32
     ints = {"L": "i32", "NQ": "i32"}
     floats = {"scale": "fp32", "rs": "fp32"}
@@ -101,6 +102,8 @@ def all_kernels(dtype: str = "bf16", d: int = 128) -> list[tuple[Any, dict[str, 
         (tc._state_fwd_kernel, types, dict(gdn, HAS_H0=True)),
         (tc._output_fwd_kernel, types, gdn),
         (tc._state_bwd_kernel, types, dict(gdn, HAS_DHT=True)),
+        (tc._chunk_bwd_kernel, types, {**{n: v for n, v in gdn.items() if n != "BV"}, "BVF": bk,
+                                       "SUB": 16}),
         (bf._fwd_kernel, types, dict(blk, STORE_F32=True)),
         (bf._bwd_q_kernel, types, blk),
         (bf._bwd_kv_kernel, types, blk),

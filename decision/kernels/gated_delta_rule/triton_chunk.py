@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 from triton import knobs
+from triton.runtime.errors import OutOfResources
 
 from decision.errors import DecisionInputError
 from decision.kernels._common import L2NORM_EPS, expand_heads, l2norm
@@ -49,6 +50,7 @@ NUM_WARPS["_chunk_bwd_kernel"] = 8
 # PyTorch autograd of naive.chunk_local (same result; tests compare both)
 LOCAL_BACKWARD = "triton"
 MAX_DV_LOCAL_BWD = 128
+_NO_FIT: set[tuple[object, ...]] = set()  # shapes whose chunk-local kernel did not fit the GPU
 # 2 pipeline stages for the state backward: 153 KiB of shared memory (fits an A100) instead of
 # 186 KiB, and fewer spills; the others keep Triton's default of 3
 NUM_STAGES = {"_state_bwd_kernel": 2}
@@ -532,7 +534,8 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         q, k, v, g, beta, h0, cu, idx, off = ctx.saved_tensors
         m: _Meta = ctx.meta
         gc, w, h, _, _ = _states(m, k, v, g, beta, h0, cu, idx, off)  # recompute, not stored
-        do = do.contiguous()
+        do = do.contiguous()  # e.g. the stride-0 gradient of o.sum()
+        dht = dht.contiguous() if dht is not None else None
         dh = _empty(*h.shape, dtype=h.dtype, device=h.device)
         dh0 = _empty(cu.numel() - 1, m.hv, m.dk, m.dv, dtype=torch.float32, device=q.device)
         grid = (triton.cdiv(m.dv, m.bv), (cu.numel() - 1) * m.hv)
@@ -540,13 +543,20 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
                                 off, m.scale, HAS_DHT=dht is not None, **m.consts(),
                                 num_warps=NUM_WARPS["_state_bwd_kernel"],
                                 num_stages=NUM_STAGES["_state_bwd_kernel"])
-        if LOCAL_BACKWARD == "triton" and m.dv <= MAX_DV_LOCAL_BWD:
-            dq, dk, dv, dg, dbeta = _chunk_local_backward_triton(m, (q, k, v, g, beta), gc, h,
-                                                                 do, dh, cu, idx)
-        else:
+        grads = None
+        key = (m.dk, m.dv, q.dtype, q.device)
+        if LOCAL_BACKWARD == "triton" and m.dv <= MAX_DV_LOCAL_BWD and key not in _NO_FIT:
+            try:
+                grads = _chunk_local_backward_triton(m, (q, k, v, g, beta), gc, h, do, dh, cu,
+                                                     idx)
+            except OutOfResources:
+                # the one-tile kernel needs ~560 KiB of shared memory at Dk = Dv = 128 (sm_90
+                # has 227 KiB): use the batched-autograd path for this shape from now on
+                _NO_FIT.add(key)
+        if grads is None:
             with torch.enable_grad():
-                dq, dk, dv, dg, dbeta = _chunk_local_backward(m, (q, k, v, g, beta), h, do, dh,
-                                                              cu, idx)
+                grads = _chunk_local_backward(m, (q, k, v, g, beta), h, do, dh, cu, idx)
+        dq, dk, dv, dg, dbeta = grads
         dh0 = dh0.to(h0.dtype) if h0 is not None else None
         return dq, dk, dv, dg, dbeta, dh0, None, None, None
 
