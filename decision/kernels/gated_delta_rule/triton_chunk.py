@@ -16,9 +16,12 @@ backward (recompute, no activations kept besides the inputs)
   4. kernels 1-2 again for the per-chunk states, then ``_state_bwd_kernel`` runs the reverse state
      recurrence (the sequential part) on the GPU:
         dV' = P^T dO + (K e^{G_C - G}) dS',   dS = e^{G_C} dS' + (Q e^G)^T dO - W^T dV'.
-  5. the chunk-local gradients (parallel over chunks, given each chunk's entering state S and the
-     gradient dS' of its leaving state) by batched PyTorch autograd of ``naive.chunk_local`` over
-     all chunks at once: no Python loop over chunks.
+  5. ``_chunk_bwd_kernel``   one program per (chunk, value head): the chunk-local gradients
+     (dq, dk, dv, dg, dbeta; given each chunk's entering state S and the gradient dS' of its
+     leaving state, a chunk's inputs reach the loss only through O and S'), through the UT
+     transform (dA = -T^T dT T^T), the L2 norm and the sigmoid. Where that one-tile kernel does
+     not fit the GPU's shared memory (head dim 128 on sm_90), or Dv > 128, the same gradients
+     come from one batched PyTorch autograd call of ``naive.chunk_local`` over all chunks.
 
 Sequences are always handled as packed ``[T_total, H, D]`` rows with ``cu_seqlens`` (a fixed-length
 batch is B packed sequences of length T), so lengths that are not multiples of the chunk and
