@@ -154,6 +154,21 @@ def test_block_attention_padded_keys_are_ignored(seed: int) -> None:
     torch.testing.assert_close(o1[:, :4], o2[:, :4], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_empty_inputs_pass_through(backend: str, seed: int) -> None:
+    """T = 0 / L = 0 (the model's empty histories and blocks): empty outputs, state unchanged."""
+    if backend == "triton" and not _dispatch.triton_interpreting():
+        pytest.skip("CPU run without the Triton interpreter")
+    x = gdn_inputs(2, 0, 1, 2, 8, 4, n_states=2, seed=seed)
+    o, s = chunk_gated_delta_rule(**x, backend=backend)
+    assert o.shape == (2, 0, 2, 4)
+    torch.testing.assert_close(s, x["initial_state"], rtol=0, atol=0)
+    y = block_inputs(2, 3, 1, 2, 8, 4, seed=seed)
+    y = {n: (t[:, :0] if n in ("q", "k", "v", "history_logit", "block_mask") else t)
+         for n, t in y.items()}
+    assert block_attention(**y, backend=backend).shape == (2, 0, 2, 4)
+
+
 def test_bad_inputs_raise(seed: int) -> None:
     x = gdn_inputs(1, 8, 2, 3, 4, 4, seed=seed)
     with pytest.raises(DecisionInputError) as err:

@@ -81,7 +81,7 @@ def block_attention(
         readout_scale=readout_scale,
         use_qk_l2norm=use_qk_l2norm,
     )
-    if resolve_backend(backend, q.device, q.dtype) == "torch":
+    if resolve_backend(backend, q.device, q.dtype) == "torch" or q.shape[1] == 0:
         return block_attention_torch(q, k, v, state, history_logit, **kwargs)
     from decision.kernels.block_attention.triton_fused import block_attention_triton
 
