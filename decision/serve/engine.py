@@ -33,14 +33,12 @@ class ModelEngine:
 
     def __init__(self, model: Any, name: str, path: str | None = None) -> None:
         from decision.joint.engine import EngineConfig
-        from decision.schemas.compile import tokenizer_context
 
         if model.tokenizer is None:
             raise DecisionInputError("the model has no tokenizer (tokenizer.json)", "model")
         self.model = model
         self.name = name
         self.path = path
-        self._ctx = tokenizer_context(model.tokenizer)
         self._config = EngineConfig()
         self._parameters = sum(p.numel() for p in model.parameters())
         self._lock = threading.Lock()  # decide_many is only ever run by one thread at a time
@@ -58,7 +56,7 @@ class ModelEngine:
     def prepare(self, body: DecideBody) -> Prepared:
         """Validate ``body`` as the decoder will, without decoding; raise
         ``DecisionInputError`` naming the field."""
-        from decision.joint import engine as decoder
+        from decision.joint import check_request
         from decision.joint.result import DecisionRequest
 
         for i, question in enumerate(body.questions):
@@ -83,8 +81,7 @@ class ModelEngine:
         # The decoder's checks: mode, options, question count (8 at most in joint mode), each
         # schema compiled to its automaton (cached for the decode), then the layout of every
         # pass against the model's positions (a document too long, with both numbers).
-        parsed = decoder._validate(request, self._ctx, self._config, "")
-        decoder._rows(self.model, self._ctx, [parsed])
+        check_request(self.model, request, self._config)
         return Prepared(request)
 
     def decide_many(self, prepared: Sequence[Prepared]) -> list[Any]:
