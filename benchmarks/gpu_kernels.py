@@ -185,6 +185,11 @@ def time_gdn(sizes: list[int], bw: float, rate: float, hk: int = 16, hv: int = 3
             torch.autograd.backward((o, s), (torch.ones_like(o), torch.ones_like(s)))
 
         report(f"ours fwd+bwd   T={t:6d}", bench(fwd_bwd), gdn_cost(t, hk, hv, d, True), bw, rate)
+        from decision.kernels.gated_delta_rule import triton_chunk
+
+        fell_back = any(key[:2] == (d, d) for key in triton_chunk._NO_FIT)
+        print("    (chunk-local backward: " + ("PyTorch fallback, the kernel does not fit"
+                                               if fell_back else "Triton kernel") + ")")
         if fla_gdn is not None:
             # fla takes beta after the sigmoid; q, k are expanded to the value heads so the call
             # does not depend on fla's grouped-head support (same FLOPs either way).
