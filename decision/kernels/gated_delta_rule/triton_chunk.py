@@ -303,7 +303,7 @@ def _chunk_bwd_kernel(
     q_ptr, k_ptr, v_ptr, beta_ptr, gc_ptr, h_ptr, dh_ptr, do_ptr,
     dq_ptr, dk_ptr, dv_ptr, dg_ptr, db_ptr, cu_ptr, idx_ptr, scale,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BVF: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     L2: tl.constexpr, EPS: tl.constexpr, PREC: tl.constexpr, SUB: tl.constexpr = 16,
 ):
     """Chunk-local gradients of one (chunk, value head), given S entering and dS' leaving.
@@ -311,7 +311,9 @@ def _chunk_bwd_kernel(
     Reverse mode of the chunk form (see the module docstring), with Gamma_ij = exp(G_i - G_j):
     every term X_ij * Gamma_ij adds (dX_ij X_ij Gamma_ij) to dG_i and subtracts it from dG_j;
     T = (I + A)^-1 gives dA = -T^T dT T^T; finally dg = reverse cumsum of dG in the chunk.
-    Gradients are per value head (the wrapper sums a key head's group).
+    Everything that involves values runs over Dv tiles, accumulating the sums over Dv (dP, dT,
+    dW, ...), so only [BT, BV] value tiles are live. Gradients are per value head (the wrapper
+    sums a key head's group).
     """
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
@@ -319,21 +321,14 @@ def _chunk_bwd_kernel(
     rows = tl.arange(0, BT)
     i_kh = i_h // (HV // HK)
     ck = tl.arange(0, BK)
-    cv = tl.arange(0, BVF)
     q, rq = _normalise_r(_load_rows(q_ptr, pos, valid, i_kh, HK, DK, BK), L2, EPS)
     k, rk = _normalise_r(_load_rows(k_ptr, pos, valid, i_kh, HK, DK, BK), L2, EPS)
     qs = q * scale
-    v = _load_rows(v_ptr, pos, valid, i_h, HV, DV, BVF)
-    do = _load_rows(do_ptr, pos, valid, i_h, HV, DV, BVF)
     b = tl.load(beta_ptr + pos * HV + i_h, mask=valid, other=0.0).to(tl.float32)
     b = tl.where(valid, tl.sigmoid(b), 0.0)
     gc = tl.load(gc_ptr + pos * HV + i_h, mask=valid, other=0.0)
     n_valid = tl.sum(valid.to(tl.int32), 0)
     g_last = tl.load(gc_ptr + (start + n_valid - 1) * HV + i_h)
-    s_off = (i_c.to(tl.int64) * HV + i_h) * DK * DV + ck[:, None] * DV + cv[None, :]
-    smask = (ck[:, None] < DK) & (cv[None, :] < DV)
-    st = tl.load(h_ptr + s_off, mask=smask, other=0.0)
-    dst = tl.load(dh_ptr + s_off, mask=smask, other=0.0)
     both = valid[:, None] & valid[None, :]
     lower = (rows[:, None] >= rows[None, :]) & both
     strict = (rows[:, None] > rows[None, :]) & both
@@ -344,44 +339,66 @@ def _chunk_bwd_kernel(
     kk = tl.dot(k, tl.trans(k), input_precision=PREC)
     a = tl.where(strict, b[:, None] * kk * gam, 0.0)
     tm = _ut_inverse(a, PREC, BT, SUB)
+    tmt = tl.trans(tm)
     kbg = k * (b * eg)[:, None]
-    vb = v * b[:, None]
     w = tl.dot(tm, kbg, input_precision=PREC)
-    vn = tl.dot(tm, vb, input_precision=PREC) - tl.dot(w, st, input_precision=PREC)
-    qk = tl.dot(qs, tl.trans(k), input_precision=PREC)
-    p = qk * gam
+    p = tl.dot(qs, tl.trans(k), input_precision=PREC) * gam
     kd = k * edl[:, None]
-    # O = (Q e^G) S + P V'  and  S' = e^{G_C} S + Kd^T V'
-    dvn = tl.dot(tl.trans(p), do, input_precision=PREC) + tl.dot(kd, dst, input_precision=PREC)
-    dqg = tl.dot(do, tl.trans(st), input_precision=PREC)
+    # sums over Dv, accumulated tile by tile
+    dp = tl.zeros([BT, BT], dtype=tl.float32)  # dO V'^T
+    dtm = tl.zeros([BT, BT], dtype=tl.float32)  # dU (beta V)^T
+    dqg = tl.zeros([BT, BK], dtype=tl.float32)  # dO S^T
+    dkd = tl.zeros([BT, BK], dtype=tl.float32)  # V' dS'^T
+    dw = tl.zeros([BT, BK], dtype=tl.float32)  # -dV' S^T
+    db = tl.zeros([BT], dtype=tl.float32)
+    dgl = 0.0
+    s_base = (i_c.to(tl.int64) * HV + i_h) * DK * DV
+    for i_v in range(0, tl.cdiv(DV, BV)):
+        cv = i_v * BV + tl.arange(0, BV)
+        smask = (ck[:, None] < DK) & (cv[None, :] < DV)
+        s_off = s_base + ck[:, None] * DV + cv[None, :]
+        st = tl.load(h_ptr + s_off, mask=smask, other=0.0)
+        dst = tl.load(dh_ptr + s_off, mask=smask, other=0.0)
+        vmask = valid[:, None] & (cv[None, :] < DV)
+        v_off = (pos[:, None] * HV + i_h) * DV + cv[None, :]
+        v = tl.load(v_ptr + v_off, mask=vmask, other=0.0).to(tl.float32)
+        do = tl.load(do_ptr + v_off, mask=vmask, other=0.0).to(tl.float32)
+        vb = v * b[:, None]
+        vn = tl.dot(tm, vb, input_precision=PREC) - tl.dot(w, st, input_precision=PREC)
+        # O = (Q e^G) S + P V'  and  S' = e^{G_C} S + Kd^T V'
+        dvn = tl.dot(tl.trans(p), do, input_precision=PREC)
+        dvn += tl.dot(kd, dst, input_precision=PREC)
+        dqg += tl.dot(do, tl.trans(st), input_precision=PREC)
+        dp += tl.dot(do, tl.trans(vn), input_precision=PREC)
+        dkd += tl.dot(vn, tl.trans(dst), input_precision=PREC)
+        dgl += tl.sum(tl.sum(st * dst, 1), 0)
+        # V' = U - W S,  U = T (beta V)
+        dw -= tl.dot(dvn, tl.trans(st), input_precision=PREC)
+        dtm += tl.dot(dvn, tl.trans(vb), input_precision=PREC)
+        dvb = tl.dot(tmt, dvn, input_precision=PREC)
+        db += tl.sum(dvb * v, 1)
+        tl.store(dv_ptr + v_off, dvb * b[:, None], mask=vmask)
+    dgl = dgl * tl.exp(g_last)
     dq = dqg * eg[:, None]
     dgc = tl.sum(dqg * qs * eg[:, None], 1)
-    dp = tl.where(lower, tl.dot(do, tl.trans(vn), input_precision=PREC), 0.0)
+    dp = tl.where(lower, dp, 0.0)
     dpg = dp * gam
     dq += tl.dot(dpg, k, input_precision=PREC)
     dk = tl.dot(tl.trans(dpg), qs, input_precision=PREC)
     t1 = dp * p
     dgc += tl.sum(t1, 1) - tl.sum(t1, 0)
-    dgl = tl.sum(tl.sum(st * dst, 1), 0) * tl.exp(g_last)
-    dkd = tl.dot(vn, tl.trans(dst), input_precision=PREC)
     dk += dkd * edl[:, None]
     t2 = tl.sum(dkd * kd, 1)
     dgl += tl.sum(t2, 0)
     dgc -= t2
-    # V' = U - W S,  U = T (beta V),  W = T (beta K e^G)
-    dw = -tl.dot(dvn, tl.trans(st), input_precision=PREC)
-    tmt = tl.trans(tm)
+    # W = T (beta K e^G)
     dkbg = tl.dot(tmt, dw, input_precision=PREC)
-    dvb = tl.dot(tmt, dvn, input_precision=PREC)
-    dtm = tl.dot(dw, tl.trans(kbg), input_precision=PREC)
-    dtm += tl.dot(dvn, tl.trans(vb), input_precision=PREC)
+    dtm += tl.dot(dw, tl.trans(kbg), input_precision=PREC)
     da = -tl.dot(tl.dot(tmt, dtm, input_precision=PREC), tmt, input_precision=PREC)
     da = tl.where(strict, da, 0.0)
     dk += dkbg * (b * eg)[:, None]
-    db = tl.sum(dkbg * k, 1) * eg
+    db += tl.sum(dkbg * k, 1) * eg
     dgc += tl.sum(dkbg * kbg, 1)
-    dv = dvb * b[:, None]
-    db += tl.sum(dvb * v, 1)
     # A = strictly_lower(beta_i (k_i . k_j) Gamma_ij)
     dag = da * gam
     db += tl.sum(dag * kk, 1)
@@ -397,10 +414,8 @@ def _chunk_bwd_kernel(
         dq = rq[:, None] * (dq - q * tl.sum(q * dq, 1)[:, None])
         dk = rk[:, None] * (dk - k * tl.sum(k * dk, 1)[:, None])
     kmask = valid[:, None] & (ck[None, :] < DK)
-    vmask = valid[:, None] & (cv[None, :] < DV)
     tl.store(dq_ptr + (pos[:, None] * HV + i_h) * DK + ck[None, :], dq, mask=kmask)
     tl.store(dk_ptr + (pos[:, None] * HV + i_h) * DK + ck[None, :], dk, mask=kmask)
-    tl.store(dv_ptr + (pos[:, None] * HV + i_h) * DV + cv[None, :], dv, mask=vmask)
     tl.store(dg_ptr + pos * HV + i_h, dg, mask=valid)
     tl.store(db_ptr + pos * HV + i_h, db, mask=valid)
 
@@ -499,7 +514,7 @@ def _chunk_local_backward_triton(
     dh: torch.Tensor, cu: torch.Tensor, idx: torch.Tensor,
 ) -> tuple[torch.Tensor, ...]:
     """Same result as :func:`_chunk_local_backward`, by ``_chunk_bwd_kernel`` (one program per
-    chunk and value head, the whole Dv in one tile)."""
+    chunk and value head, looping over Dv tiles)."""
     q, k, v, _, beta = x
     f32 = dict(dtype=torch.float32, device=q.device)
     dq = _empty(m.t, m.hv, m.dk, **f32)
@@ -507,10 +522,8 @@ def _chunk_local_backward_triton(
     dv = _empty(m.t, m.hv, m.dv, **f32)
     dg = _empty(m.t, m.hv, **f32)
     db = _empty(m.t, m.hv, **f32)
-    consts = dict(m.consts(), BVF=_pow2(m.dv))
-    del consts["BV"]
     _chunk_bwd_kernel[(idx.shape[0], m.hv)](
-        q, k, v, beta, gc, h, dh, do, dq, dk, dv, dg, db, cu, idx, m.scale, **consts,
+        q, k, v, beta, gc, h, dh, do, dq, dk, dv, dg, db, cu, idx, m.scale, **m.consts(),
         num_warps=NUM_WARPS["_chunk_bwd_kernel"])
     grp = m.hv // m.hk  # value heads sharing a key head add their q/k gradients
     dq = dq.view(m.t, m.hk, grp, m.dk).sum(2)
