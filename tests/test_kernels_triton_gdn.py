@@ -142,7 +142,7 @@ def test_no_l2norm_custom_scale(seed: int, poison: None) -> None:
 
 def test_pytorch_chunk_local_backward_fallback(seed: int, poison: None,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """The batched-autograd chunk-local backward (used for Dv > 128) gives the same gradients."""
+    """The batched-autograd chunk-local backward (the fallback) gives the same gradients."""
     monkeypatch.setattr(triton_chunk, "LOCAL_BACKWARD", "torch")
     x = gdn_inputs(1, 70, 1, 2, 16, 16, n_states=1, seed=seed)
     _compare(_as64(x, torch.float32), torch.float32, FP32_TOL, None, seed)

@@ -19,9 +19,9 @@ backward (recompute, no activations kept besides the inputs)
   5. ``_chunk_bwd_kernel``   one program per (chunk, value head): the chunk-local gradients
      (dq, dk, dv, dg, dbeta; given each chunk's entering state S and the gradient dS' of its
      leaving state, a chunk's inputs reach the loss only through O and S'), through the UT
-     transform (dA = -T^T dT T^T), the L2 norm and the sigmoid. Where that one-tile kernel does
-     not fit the GPU's shared memory (head dim 128 on sm_90), or Dv > 128, the same gradients
-     come from one batched PyTorch autograd call of ``naive.chunk_local`` over all chunks.
+     transform (dA = -T^T dT T^T), the L2 norm and the sigmoid. Where that kernel does not fit
+     the GPU's shared memory (head dim 128 on sm_90 needs 264 KiB), the same gradients come from
+     one batched PyTorch autograd call of ``naive.chunk_local`` over all chunks.
 
 Sequences are always handled as packed ``[T_total, H, D]`` rows with ``cu_seqlens`` (a fixed-length
 batch is B packed sequences of length T), so lengths that are not multiples of the chunk and
@@ -49,10 +49,9 @@ MAX_BV = 32
 NUM_WARPS = {"_wy_fwd_kernel": 8, "_state_fwd_kernel": 8, "_output_fwd_kernel": 8,
              "_state_bwd_kernel": 8}
 NUM_WARPS["_chunk_bwd_kernel"] = 8
-# chunk-local gradients: the Triton kernel (whole Dv in one tile, so Dv <= 128) or batched
-# PyTorch autograd of naive.chunk_local (same result; tests compare both)
+# chunk-local gradients: the Triton kernel, or batched PyTorch autograd of naive.chunk_local
+# where it does not fit (same result; the tests run both)
 LOCAL_BACKWARD = "triton"
-MAX_DV_LOCAL_BWD = 128
 _NO_FIT: set[tuple[object, ...]] = set()  # shapes whose chunk-local kernel did not fit the GPU
 # 2 pipeline stages for the state backward: 153 KiB of shared memory (fits an A100) instead of
 # 186 KiB, and fewer spills; the others keep Triton's default of 3
@@ -561,13 +560,13 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
                                 num_stages=NUM_STAGES["_state_bwd_kernel"])
         grads = None
         key = (m.dk, m.dv, q.dtype, q.device)
-        if LOCAL_BACKWARD == "triton" and m.dv <= MAX_DV_LOCAL_BWD and key not in _NO_FIT:
+        if LOCAL_BACKWARD == "triton" and key not in _NO_FIT:
             try:
                 grads = _chunk_local_backward_triton(m, (q, k, v, g, beta), gc, h, do, dh, cu,
                                                      idx)
             except OutOfResources:
-                # the one-tile kernel needs ~560 KiB of shared memory at Dk = Dv = 128 (sm_90
-                # has 227 KiB): use the batched-autograd path for this shape from now on
+                # the kernel needs 264 KiB of shared memory at Dk = Dv = 128 (sm_90 has 227
+                # KiB): use the batched-autograd path for this shape from now on
                 _NO_FIT.add(key)
         if grads is None:
             with torch.enable_grad():
