@@ -1,21 +1,20 @@
 """The whole tiny model gives the same logits with the Triton kernels (interpreted) and the
 PyTorch references.
 
-The model calls the kernels through ``decision.model.gdn``'s imported names and exposes no backend
-switch (yet), so the test rebinds those names to wrappers that force one backend.
+The backend is chosen model-wide with ``DecisionModel.set_kernel_backend``.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import random
 
 import pytest
 import torch
 
-import decision.model.gdn as gdn
-from decision.kernels import _dispatch, block_attention, chunk_gated_delta_rule
+from decision.errors import DecisionInputError
+from decision.kernels import _dispatch
+from decision.model import DecisionModel
 from decision.model.testing import tiny_model
 
 # fp32 throughout; kernels agree to ~1e-6 relative per call, and four layers with MoE routing
@@ -23,11 +22,8 @@ from decision.model.testing import tiny_model
 TOL = 1e-4
 
 
-def _logits(model: torch.nn.Module, backend: str, batch: dict[str, torch.Tensor],
-            monkeypatch: pytest.MonkeyPatch) -> torch.Tensor:
-    monkeypatch.setattr(gdn, "chunk_gated_delta_rule",
-                        functools.partial(chunk_gated_delta_rule, backend=backend))
-    monkeypatch.setattr(gdn, "block_attention", functools.partial(block_attention, backend=backend))
+def _logits(model: DecisionModel, backend: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    model.set_kernel_backend(backend)
     with torch.no_grad():
         return model(**batch)
 
@@ -37,7 +33,7 @@ pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
 @pytest.mark.skipif(not _dispatch.triton_interpreting() and not torch.cuda.is_available(),
                     reason="needs CUDA or the Triton interpreter")
-def test_model_logits_triton_equal_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_model_logits_triton_equal_torch() -> None:
     seed = int(os.environ.get("KERNEL_TEST_SEED", random.randrange(2**31)))
     print(f"seed={seed} (replay: KERNEL_TEST_SEED={seed})")
     model = tiny_model(seed=seed % 1000, random_block=True)
@@ -49,8 +45,14 @@ def test_model_logits_triton_equal_torch(monkeypatch: pytest.MonkeyPatch) -> Non
     bmask = torch.ones(2, 9, dtype=torch.bool)
     bmask[1, 5:] = False
     batch = dict(history_ids=hist, block_ids=block, history_mask=hmask, block_mask=bmask)
-    ref = _logits(model, "torch", batch, monkeypatch)
-    got = _logits(model, "triton", batch, monkeypatch)
+    ref = _logits(model, "torch", batch)
+    got = _logits(model, "triton", batch)
     assert torch.isfinite(got).all()
     err = ((got - ref).abs().max() / ref.abs().max()).item()
     assert err < TOL, err
+
+
+def test_unknown_backend_is_refused() -> None:
+    model = tiny_model(seed=0)
+    with pytest.raises(DecisionInputError, match="kernel backend"):
+        model.set_kernel_backend("cuda")

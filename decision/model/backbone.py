@@ -141,6 +141,16 @@ class DecisionModel(nn.Module):
 
         save_checkpoint(self, path, max_shard_size=max_shard_size)
 
+    def set_kernel_backend(self, backend: str) -> None:
+        """Run every GDN layer's ops (decision.kernels) on "auto", "triton" or "torch"."""
+        if backend not in ("auto", "triton", "torch"):
+            raise DecisionInputError(
+                f"kernel backend must be 'auto', 'triton' or 'torch', got {backend!r}", "backend"
+            )
+        for module in self.modules():
+            if isinstance(module, GatedDeltaNet):
+                module.kernel_backend = backend
+
     # ------------------------------------------------------------------ input checks
     def _ids(self, ids: Any, name: str) -> torch.Tensor:
         if not isinstance(ids, torch.Tensor):

@@ -38,6 +38,9 @@ class GatedDeltaNet(nn.Module):
 
     def __init__(self, config: DecisionConfig) -> None:
         super().__init__()
+        # which implementation of the two ops runs (decision.kernels): "auto" = Triton on CUDA
+        # tensors, the PyTorch reference on CPU; set model-wide by DecisionModel.set_kernel_backend
+        self.kernel_backend = "auto"
         self.hk, self.hv = config.linear_num_key_heads, config.linear_num_value_heads
         self.dk, self.dv = config.linear_key_head_dim, config.linear_value_head_dim
         self.key_dim, self.value_dim = self.hk * self.dk, self.hv * self.dv
@@ -146,7 +149,7 @@ class GatedDeltaNet(nn.Module):
         beta = self.in_proj_b(x)  # raw logits: the op applies the sigmoid
         o, state = chunk_gated_delta_rule(
             q, k, v, g, beta, initial_state=cache.state, output_final_state=True,
-            use_qk_l2norm=True,
+            use_qk_l2norm=True, backend=self.kernel_backend,
         )
         # new tail: the last K-1 columns of [tail, P] that belong to real tokens of each row
         n_valid = mask.sum(-1)
@@ -163,6 +166,6 @@ class GatedDeltaNet(nn.Module):
         o = block_attention(
             q, k, v, cache.state, self.history_logit(x),
             scale=self.block_log_scale.exp(), calibration=self.block_calibration,
-            block_mask=mask, use_qk_l2norm=True,
+            block_mask=mask, use_qk_l2norm=True, backend=self.kernel_backend,
         )
         return self._output(o, x)
