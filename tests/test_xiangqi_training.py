@@ -15,6 +15,7 @@ from apps.xiangqi.evaluate import (
     BatchingModel,
     agreement,
     agreement_sample,
+    baseline_agreement,
     move_timing,
     play_match,
     position_key,
@@ -179,6 +180,9 @@ def test_agreement_on_tiny_model_is_well_formed(games: list[GameRecord], tiny: A
     unseen = sum(key not in seen for _, key, _ in sample)
     assert result.unseen_positions == unseen
     assert sum(p["n"] for p in result.by_phase.values()) == 6
+    base = baseline_agreement(games, 6, seed=1)  # same positions as the sample
+    assert base["positions"] == 6 and 0 < base["uniform_random_top1"] < 1
+    assert 0 <= base["greedy_top1"] <= 1
     timing = move_timing(tiny, sample[:2])
     assert timing["positions"] == 2 and timing["wall_s"] > 0
 

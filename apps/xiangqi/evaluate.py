@@ -300,6 +300,27 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
     )
 
 
+def baseline_agreement(games: Sequence[GameRecord], count: int, seed: int) -> dict[str, Any]:
+    """Model-free references on the positions :func:`agreement_sample` draws (same arguments):
+    the expected top-1 of a uniformly random legal move (mean of 1 / options) and the top-1 of
+    the one-ply greedy material player."""
+    greedy = GreedyPlayer(0)
+    n = hits = 0
+    uniform = 0.0
+    for ref in sample_positions(games, count * 2, seed):
+        game = games[ref.game]
+        board = board_at(game, ref.ply)
+        legal = board.legal_moves
+        if len(legal) > 1:
+            n += 1
+            uniform += 1 / len(legal)
+            hits += greedy.choose(board).iccs() == game.moves[ref.ply]
+        if n == count:
+            break
+    return {"positions": n, "uniform_random_top1": round(uniform / max(1, n), 4),
+            "greedy_top1": round(hits / max(1, n), 4)}
+
+
 def move_timing(model: Any, sample: Sequence[tuple[MoveExample, int, int]]) -> dict[str, Any]:
     """Wall and CPU seconds of one unbatched decision, as ModelPlayer makes it (mean)."""
     from decision.joint.engine import decide
@@ -336,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     agr.add_argument("--batch-size", type=int, default=32)
     agr.add_argument("--train-games", default=str(DATA / "train-games.jsonl.gz"))
     agr.add_argument("--valid-games", default=str(DATA / "valid-games.jsonl.gz"))
+    agr.add_argument("--baselines", action="store_true",
+                     help="only the model-free references on the same positions")
     agr.add_argument("--timing", type=int, default=0,
                      help="also time this many unbatched decisions (ModelPlayer's call)")
     agr.add_argument("--keys-cache", default="runs/xiangqi-train-keys.npy",
@@ -359,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     model = _load(args.model)
     if args.command == "agreement":
         sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
+        if args.baselines:
+            games = load_games(args.valid_games)
+            print(json.dumps({"baselines": baseline_agreement(games, args.positions, args.seed)}))
+            return 0
         seen = cached_training_keys(args.train_games, args.keys_cache)
         result: Any = agreement(model, sample, seen, args.batch_size)
         if args.timing:
