@@ -10,9 +10,8 @@ is Xiangqi-specific lives here: the ``xiangqi`` object of the config (data paths
 tokenizer trained on rendered positions, the rows (:mod:`apps.xiangqi.training`) and a validation
 that asks the model exactly as :class:`apps.xiangqi.model_player.ModelPlayer` does.
 
-Small adapters of our own (decision.train.recipe builds its rows from the contracts task only):
-``build_model`` (a fresh model over the tokenizer, as the recipe does) and ``export`` (bf16
-copy of the checkpoint, model files only, keeping the model card beside them).
+The fresh model comes from the recipe's ``build_model``; ``export`` (a bf16 copy of the
+checkpoint's model files that keeps the model card beside them) is our own.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ from decision.train.loop import (
     load_trainer_state,
     train_loop,
 )
+from decision.train.recipe import build_model
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 MODEL_FILES = ("config.json", "tokenizer.json")
@@ -94,18 +94,6 @@ def build_tokenizer(games: list[GameRecord], cfg: TrainConfig, xq: XiangqiSectio
     """Byte-level BPE with single-digit tokens, trained on rendered positions and their moves."""
     texts = list(tokenizer_corpus(games, xq.tokenizer_positions, xq.seed + 1))
     return train_tokenizer(texts, cfg.tokenizer.vocab_size)
-
-
-def build_model(cfg: TrainConfig, tokenizer: Tokenizer) -> Any:
-    """A fresh ``DecisionModel`` of the configured size over the tokenizer's vocabulary."""
-    from decision.model import DecisionConfig, DecisionModel
-
-    ids = special_ids(tokenizer)
-    fields = dict(cfg.model.fields)
-    fields.update(vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
-                  mask_token_id=ids.mask, pad_token_id=ids.pad, eos_token_id=ids.eos)
-    torch.manual_seed(cfg.run.seed)
-    return DecisionModel(DecisionConfig(**fields), tokenizer=tokenizer)
 
 
 def validation_examples(games: list[GameRecord], count: int, seed: int) -> list[MoveExample]:
