@@ -1,4 +1,4 @@
-"""Errors the library raises for bad input, so callers (CLI, HTTP service) can report them cleanly."""
+"""Errors the library raises on purpose, so callers (CLI, HTTP service) can report them cleanly."""
 
 from __future__ import annotations
 
