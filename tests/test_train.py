@@ -116,6 +116,23 @@ def test_tiny_run_loss_is_finite_and_falls(tiny_runs: dict[str, object]) -> None
     assert after < 0.85 * before, (before, after)
 
 
+def test_init_from_starts_a_fresh_run_from_a_model(
+    tiny_runs: dict[str, object], tmp_path: Path
+) -> None:
+    from decision.model import load_model
+    from decision.train.recipe import build_model
+
+    source = load_model(tiny_runs["full"].checkpoint)  # type: ignore[attr-defined]
+    cfg = tiny_config(tmp_path / "continued", max_steps=4, log_every=2)
+    result = train(cfg, init_from=tiny_runs["full"].checkpoint)  # type: ignore[attr-defined]
+    assert result.loop.step == 4
+    continued = load_model(result.checkpoint)
+    # the source's tokenizer, and weights that start where the source ended, not a fresh init
+    assert continued.tokenizer.to_str() == source.tokenizer.to_str()
+    fresh = build_model(cfg, source.tokenizer)
+    assert fixed_batch_loss(continued, cfg) < fixed_batch_loss(fresh, cfg)
+
+
 def test_resume_continues_exactly(tiny_runs: dict[str, object]) -> None:
     full = tiny_runs["full"].loop.losses  # type: ignore[attr-defined]
     p1 = tiny_runs["part1"].loop  # type: ignore[attr-defined]

@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, default=None,
                         help="stop at this global step (default: config run.max_steps)")
     parser.add_argument("--out-dir", default=None, help="run directory (default: config)")
+    parser.add_argument("--init-from", default=None, metavar="MODEL_DIR",
+                        help="start a fresh run from this model's weights and tokenizer "
+                             "(e.g. models/default) instead of a new tokenizer and random weights")
     parser.add_argument("--export", default=None,
                         help="after training, write the checkpoint in bf16 to this directory")
 
@@ -34,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out_dir:
         cfg.run.out_dir = args.out_dir
     result = train(cfg, resume=args.resume, max_minutes=args.max_minutes,
-                   max_steps=args.max_steps)
+                   max_steps=args.max_steps, init_from=args.init_from)
     if args.export:
         export_checkpoint(result.checkpoint, args.export)
         print(f"exported bf16 model to {args.export}", file=sys.stderr)

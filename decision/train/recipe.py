@@ -76,8 +76,15 @@ def train(
     resume: bool = False,
     max_minutes: float | None = None,
     max_steps: int | None = None,
+    init_from: str | Path | None = None,
 ) -> TrainResult:
-    """Train (or continue) the run in ``cfg.run.out_dir``; returns its checkpoint directory."""
+    """Train (or continue) the run in ``cfg.run.out_dir``; returns its checkpoint directory.
+
+    ``init_from`` starts a fresh run (new optimiser and schedule) from the weights and tokenizer
+    of a model directory, e.g. the shipped ``models/default``: the way to keep training across
+    sessions when the run directory (git-ignored) is gone. ``resume`` takes precedence when the
+    run directory has a checkpoint.
+    """
     from decision.model import load_model
 
     torch.set_num_threads(cfg.run.threads)
@@ -94,11 +101,18 @@ def train(
         if resume:
             log(f"no checkpoint in {ckpt}: starting a fresh run")
         out.mkdir(parents=True, exist_ok=True)
-        t0 = time.monotonic()
-        tokenizer = build_tokenizer(cfg)
+        if init_from is not None:
+            model = load_model(init_from, dtype=torch.float32)
+            if model.tokenizer is None:
+                raise CheckpointError(f"{init_from} has no tokenizer.json to train with")
+            tokenizer = model.tokenizer
+            log(f"initialised from the weights of {init_from}")
+        else:
+            t0 = time.monotonic()
+            tokenizer = build_tokenizer(cfg)
+            log(f"tokenizer: {tokenizer.get_vocab_size()} tokens in {time.monotonic() - t0:.1f} s")
+            model = build_model(cfg, tokenizer)
         tokenizer.save(str(out / "tokenizer.json"))
-        log(f"tokenizer: {tokenizer.get_vocab_size()} tokens in {time.monotonic() - t0:.1f} s")
-        model = build_model(cfg, tokenizer)
     log(f"model: {count_parameters(model) / 1e6:.2f}M parameters")
     ids = special_ids(tokenizer)
     source = RowSource(cfg, tokenizer)
