@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from abc import abstractmethod
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -27,16 +28,21 @@ def escape_literal(text: str) -> str:
 
 
 class _Answer(BaseModel):
+    """Base of the answer schemas (pydantic's metaclass is an ABCMeta: abstract methods hold)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @abstractmethod
     def regex(self) -> str:
         """The regular language of the answer text."""
         raise NotImplementedError
 
+    @abstractmethod
     def budget(self, count_tokens: Any) -> int:
         """Slot length in tokens; ``count_tokens(text)`` gives a text's token count."""
         raise NotImplementedError
 
+    @abstractmethod
     def parse(self, text: str) -> Any:
         """The typed value of an answer text (which matches ``regex``)."""
         raise NotImplementedError

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import math
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 
 LabelValues = tuple[str, ...]
@@ -42,7 +43,7 @@ def _number(x: float) -> str:
     return repr(float(x))
 
 
-class _Metric:
+class _Metric(ABC):
     kind = ""
 
     def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
@@ -60,7 +61,8 @@ class _Metric:
     def header(self) -> list[str]:
         return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
 
-    def render(self) -> list[str]:  # pragma: no cover - overridden
+    @abstractmethod
+    def render(self) -> list[str]:
         raise NotImplementedError
 
 
