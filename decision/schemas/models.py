@@ -35,17 +35,14 @@ class _Answer(BaseModel):
     @abstractmethod
     def regex(self) -> str:
         """The regular language of the answer text."""
-        raise NotImplementedError
 
     @abstractmethod
     def budget(self, count_tokens: Any) -> int:
         """Slot length in tokens; ``count_tokens(text)`` gives a text's token count."""
-        raise NotImplementedError
 
     @abstractmethod
     def parse(self, text: str) -> Any:
         """The typed value of an answer text (which matches ``regex``)."""
-        raise NotImplementedError
 
     def options(self) -> list[str] | None:
         """Answer texts of a closed set (choice/boolean), else ``None``."""

@@ -63,7 +63,7 @@ class _Metric(ABC):
 
     @abstractmethod
     def render(self) -> list[str]:
-        raise NotImplementedError
+        """The metric's lines in the Prometheus text format."""
 
 
 class Counter(_Metric):
