@@ -7,9 +7,7 @@ engine's order); the decision model itself is exercised in test_xiangqi_api_mode
 
 from __future__ import annotations
 
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,12 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from apps.xiangqi import Board, Move
 from apps.xiangqi.api import GameService, create_app
 from apps.xiangqi.store import GameStore
+from decision.serve.testing import running_server
 
 GAMES = "/api/xiangqi/games"
 # Red to move mates in two: a1a8 (Black's only reply is e9f9), then b2b9 mate.
@@ -254,27 +252,10 @@ def test_two_app_instances_on_one_file_never_lose_a_move(db: Path) -> None:
 # A real server.
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def live_server(db: Path) -> Iterator[str]:
-    port = _free_port()
-    config = uvicorn.Config(create_app(db, FirstMovePlayer()), host="127.0.0.1", port=port,
-                            log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with running_server(create_app(db, FirstMovePlayer())) as url:
+        yield url
 
 
 def test_concurrent_moves_on_one_game_never_corrupt_it(live_server: str) -> None:

@@ -8,17 +8,14 @@ screenshots under test-output/ (git-ignored) for a person to look at.
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from apps.xiangqi.api import create_app
 from apps.xiangqi.model_player import ModelPlayer
+from decision.serve.testing import running_server
 
 CHROMIUM = "/usr/bin/chromium"
 OUT = Path(__file__).resolve().parent.parent / "test-output"
@@ -32,41 +29,17 @@ playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright i
 
 
 @pytest.fixture(scope="module")
-def model_player(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelPlayer]:
+def model_player(tiny_checkpoint_dir: Path) -> ModelPlayer:
     """The decision model as the opponent: a random-weight tiny checkpoint (legal, not strong)."""
-    import torch
-
     from decision import load_model
-    from decision.serve.testing import tiny_checkpoint
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices on a shared machine
-    path = tiny_checkpoint(tmp_path_factory.mktemp("xiangqi-browser") / "tiny")
-    yield ModelPlayer(load_model(str(path)), "tiny-random-model")
-    torch.set_num_threads(before)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return ModelPlayer(load_model(str(tiny_checkpoint_dir)), "tiny-random-model")
 
 
 @pytest.fixture
 def server(tmp_path: Path, model_player: ModelPlayer) -> Iterator[str]:
-    port = _free_port()
-    config = uvicorn.Config(create_app(tmp_path / "games.sqlite3", model_player),
-                            host="127.0.0.1", port=port, log_level="warning")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with running_server(create_app(tmp_path / "games.sqlite3", model_player)) as url:
+        yield url
 
 
 @pytest.fixture
