@@ -15,10 +15,7 @@ DOC = lease_document(2, seed=3)
 
 @pytest.fixture(scope="module")
 def model():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # many tiny ops: threads only add overhead on a shared CPU
-    yield toy_model()
-    torch.set_num_threads(threads)
+    return toy_model()
 
 
 QUESTIONS = [

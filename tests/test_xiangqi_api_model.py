@@ -7,13 +7,11 @@ always plays a legal move, alone, through the game API, and inside ``decision se
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import torch
 from fastapi.testclient import TestClient
 
 from apps.xiangqi import Board
@@ -23,15 +21,6 @@ from apps.xiangqi.players import GreedyPlayer, RandomPlayer
 from apps.xiangqi.render import sorted_legal_iccs
 
 GAMES = "/api/xiangqi/games"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny matrices on a shared 2-core machine: more threads only add contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +49,6 @@ TINY_FIELDS: dict[str, Any] = dict(
     linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
     intermediate_size=64, max_position_embeddings=1024,
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -72,21 +72,3 @@ def running_server(app: Any, port: int | None = None, timeout: float = 60.0) -> 
     finally:
         server.should_exit = True
         thread.join(timeout)
-
-
-@contextmanager
-def single_torch_thread() -> Iterator[None]:
-    """Run torch on one intra-op thread, restoring the setting after.
-
-    On a machine whose cores are shared by several test processes, torch's default of one
-    thread per core makes OpenMP workers spin against each other: the tiny model's decode was
-    measured 10x slower with 2 threads than with 1 under such load.
-    """
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
