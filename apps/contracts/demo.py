@@ -91,9 +91,7 @@ def register(subparsers: Any) -> None:
 def make_body(document: str, preset: Preset, mode: str, threshold: float | None,
               max_steps: int | None) -> Any:
     """The ``POST /decide`` body for one mode, validated as the service validates it."""
-    from pydantic import ValidationError
-
-    from decision.serve.api import DecideBody
+    from decision.serve.api import parse_decide_body
 
     options: dict[str, Any] = {"return_probabilities": True}
     if threshold is not None:
@@ -102,12 +100,7 @@ def make_body(document: str, preset: Preset, mode: str, threshold: float | None,
         options["max_steps"] = max_steps
     payload = {"document": document, "questions": preset.requests(), "mode": mode,
                "options": options}
-    try:
-        return DecideBody.model_validate(payload)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or None
-        raise DecisionInputError(f"{field}: {err.get('msg')}", field) from None
+    return parse_decide_body(payload)
 
 
 def run_modes(engine: Any, document: str, preset: Preset, threshold: float | None = None,

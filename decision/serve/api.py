@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from decision.errors import DecisionInputError
 from decision.schemas.models import Question
@@ -133,3 +133,13 @@ class ModelInfo(BaseModel):
 
 class ModelsBody(BaseModel):
     models: list[ModelInfo]
+
+
+def parse_decide_body(payload: dict[str, Any]) -> DecideBody:
+    """Validate a ``/decide`` payload built outside HTTP (the CLIs), as one clear error."""
+    try:
+        return DecideBody.model_validate(payload)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err.get("loc", ())) or None
+        raise DecisionInputError(f"{field}: {err.get('msg')}", field) from None

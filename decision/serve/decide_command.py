@@ -32,9 +32,7 @@ def register(subparsers: Any) -> None:
 
 def read_body(args: argparse.Namespace) -> Any:
     """The request body from the files and flags, validated like ``POST /decide``."""
-    from pydantic import ValidationError
-
-    from decision.serve.api import DecideBody
+    from decision.serve.api import parse_decide_body
 
     try:
         document = Path(args.document).read_text(encoding="utf-8")
@@ -59,12 +57,7 @@ def read_body(args: argparse.Namespace) -> Any:
         options["return_probabilities"] = True
     payload = {"document": document, "questions": spec.get("questions"), "mode": args.mode,
                "options": options}
-    try:
-        return DecideBody.model_validate(payload)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or None
-        raise DecisionInputError(f"{field}: {err.get('msg')}", field) from None
+    return parse_decide_body(payload)
 
 
 def run(args: argparse.Namespace) -> int:
