@@ -5,7 +5,9 @@ can import triton: kernel tests then run the Triton kernels on the CPU through t
 """
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,3 +27,23 @@ def tiny_checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from decision.serve.testing import tiny_checkpoint
 
     return tiny_checkpoint(tmp_path_factory.mktemp("shared") / "tiny-model")
+
+
+CHROMIUM = "/usr/bin/chromium"
+# headless on a closed network: without the background-networking flags Chromium keeps trying
+# (and failing) to reach Google's hosts
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's headless Chromium driven by Playwright (no browser download); skips without it."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (Debian package 'chromium'); .ci/run installs it")
+    playwright_api = pytest.importorskip("playwright.sync_api",
+                                         reason="playwright is not installed")
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

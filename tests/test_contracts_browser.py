@@ -21,8 +21,6 @@ from decision.serve.testing import running_server
 
 CHROMIUM = "/usr/bin/chromium"
 OUT = Path(__file__).resolve().parent.parent / "test-output"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 RUN_TIMEOUT_MS = 300_000  # two decodes with a tiny model on a busy 2-core machine
 
 pytestmark = [
@@ -30,7 +28,7 @@ pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (Debian "
                        "package 'chromium'); the playground is tested only in a browser"),
 ]
-playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +36,6 @@ def server(tiny_checkpoint_dir: Path) -> Iterator[str]:
     settings = ServeSettings(model_path=str(tiny_checkpoint_dir), request_timeout_s=300)
     with running_server(create_app(settings)) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def _open(browser: Any, base: str, width: int, height: int) -> tuple[Any, list[str]]:

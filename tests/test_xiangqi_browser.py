@@ -25,7 +25,7 @@ pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing "
                        "(Debian package 'chromium'); the board is tested only in a browser"),
 ]
-playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -40,18 +40,6 @@ def model_player(tiny_checkpoint_dir: Path) -> ModelPlayer:
 def server(tmp_path: Path, model_player: ModelPlayer) -> Iterator[str]:
     with running_server(create_app(tmp_path / "games.sqlite3", model_player)) as url:
         yield url
-
-
-@pytest.fixture
-def browser() -> Iterator[object]:
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
-        )
-        yield b
-        b.close()
 
 
 def click_square(page, square: str) -> None:  # type: ignore[no-untyped-def]
