@@ -1,13 +1,15 @@
-"""The block-diffusion objective's maths: mask rates, dependency-aware schedule, 1/t weighting."""
+"""The block-diffusion objective: mask rates, dependency-aware schedule, loss weightings."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from decision.train.masking import (
     ROLE_ABSENT,
     ROLE_EXTRACTION,
     ROLE_PLAIN,
+    MaskedBatch,
     apply_mask,
     diffusion_loss,
     sample_t,
@@ -78,4 +80,21 @@ def test_loss_is_weighted_cross_entropy() -> None:
     assert torch.isclose(loss, torch.log(torch.tensor(8.0)))
     half = apply_mask(targets, slot_of, torch.tensor([[0.5]]), MASK, torch.Generator())
     expected = half.masked.sum() * 2 * torch.log(torch.tensor(8.0)) / 3
-    assert torch.isclose(diffusion_loss(logits, targets, half), expected)
+    assert torch.isclose(diffusion_loss(logits, targets, half, "elbo"), expected)
+
+
+def test_row_mean_weighting_averages_each_rows_masked_tokens_then_the_rows() -> None:
+    """Rows count equally, whatever their length, mask rate or number of masked tokens."""
+    targets = torch.tensor([[3, 4, 5, 6], [3, 4, 0, 0], [3, 4, 5, 6]])
+    slot_of = torch.tensor([[0, 0, 0, 0], [0, 0, -1, -1], [0, 0, 0, 0]])
+    masked = torch.tensor([[True, True, True, False], [False, True, False, False],
+                           [False, False, False, False]])
+    mb = MaskedBatch(torch.where(masked, MASK, targets), masked,
+                     masked.float() * 50.0, int((slot_of >= 0).sum()))
+    logits = torch.randn(3, 4, 8, generator=torch.Generator().manual_seed(4))
+    ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    expected = (ce[0, :3].mean() + ce[1, 1]) / 2  # row 2 has no masked token: left out
+    assert torch.isclose(diffusion_loss(logits, targets, mb, "row_mean"), expected)
+    assert torch.isclose(diffusion_loss(logits, targets, mb), expected)  # the default
+    with pytest.raises(ValueError, match="weighting"):
+        diffusion_loss(logits, targets, mb, "sum")

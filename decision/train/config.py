@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from decision.errors import DecisionInputError
+from decision.train.masking import LOSS_WEIGHTINGS
 
 
 @dataclass
@@ -56,6 +57,9 @@ class DataSection:
     p_extraction_visible: float = 0.35
     extraction_rate_scale: float = 0.5
     t_min: float = 0.02
+    # How masked tokens are weighted (masking.diffusion_loss): "row_mean" (each row's mean
+    # cross-entropy over its masked tokens, rows weighted equally) or "elbo" (MDLM's 1/rate).
+    loss_weighting: str = "row_mean"
     val_groups: int = 64  # held-out groups scored every eval_every steps
 
 
@@ -161,6 +165,11 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("data.p_* shares must be >= 0 with a positive sum", "data")
     if not 0 < d.t_min < 1:
         raise DecisionInputError("data.t_min must lie in (0, 1)", "data.t_min")
+    if d.loss_weighting not in LOSS_WEIGHTINGS:
+        raise DecisionInputError(
+            f"data.loss_weighting must be one of {LOSS_WEIGHTINGS}, got {d.loss_weighting!r}",
+            "data.loss_weighting",
+        )
     if not 0 <= d.p_extraction_visible <= 1:
         raise DecisionInputError("data.p_extraction_visible must lie in [0, 1]", "data")
     if not 0 < d.extraction_rate_scale <= 1:

@@ -168,7 +168,8 @@ def batch_loss(
                     history_segments=batch.history_segments,
                     block_segments=batch.block_segments,
                 )
-            total = total + diffusion_loss(logits, batch.block_ids, mb)
+            loss = diffusion_loss(logits, batch.block_ids, mb, cfg.data.loss_weighting)
+            total = total + loss
     return total / (draws if shared else 1)
 
 
