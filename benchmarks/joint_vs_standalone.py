@@ -7,9 +7,14 @@ the same backbone (one token per forward through the causal history path, same a
 tokens per forward at several thresholds; and the share of step time spent in constraint work.
 
     .venv/bin/python benchmarks/joint_vs_standalone.py [--repeats 3] [--threads 1]
+    .venv/bin/python benchmarks/joint_vs_standalone.py --contracts-seed 20000000
 
 Uses models/default when it exists, else a random model of the stated size with a tokenizer
-trained on generated text (timings only: a random model's answers are meaningless).
+trained on generated text (timings only: a random model's answers are meaningless). By default
+the document is a generated lease of about ``--doc-tokens`` tokens with 8 fixed questions; with
+``--contracts-seed N`` it is the first held-out contracts group (TEST seeds from N) with 8
+questions, the task the shipped model was trained on, and each mode's answers are scored against
+the gold answers.
 """
 
 from __future__ import annotations
@@ -73,6 +78,36 @@ def document_of(model: Any, tokens: int) -> str:
         if count >= tokens:
             return doc
         sentences = int(sentences * tokens / max(count, 1)) + 1
+
+
+def contracts_case(seed: int) -> tuple[str, list[dict[str, Any]], list[Any]]:
+    """Document, questions and gold answers of the first contracts group with 8 questions."""
+    from apps.contracts.generator import generate_group
+    from apps.contracts.splits import TEST
+
+    for s in range(seed, TEST.stop):
+        group = generate_group(s, 2)
+        if len(group.questions) == 8:
+            questions = [{"id": q.id, "text": q.text, "answer": q.answer} for q in group.questions]
+            return group.document, questions, [q.gold for q in group.questions]
+    raise SystemExit(f"no 8-question group among TEST seeds from {seed}")
+
+
+def answer_texts(name: str, out: Any) -> list[str]:
+    """The answer texts a case produced, in question order."""
+    if name == "ar":
+        return list(out[1])
+    if name == "alone":
+        return [d.answers[0].text for d in out]
+    return [a.text for a in out.answers]
+
+
+def score(texts: list[str], gold: list[Any]) -> str:
+    """``k/n`` answers equal to the gold answer's canonical text."""
+    from decision.train.data import answer_text
+
+    hits = sum(t == answer_text(g) for t, g in zip(texts, gold, strict=True))
+    return f"{hits}/{len(gold)}"
 
 
 def measure(cases: dict[str, Any], repeats: int) -> dict[str, tuple[float, float, Any]]:
@@ -154,25 +189,32 @@ def main() -> None:
     parser.add_argument("--doc-tokens", type=int, default=1500)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--contracts-seed", type=int, default=None,
+                        help="use the first held-out contracts group with 8 questions from this "
+                        "TEST seed instead of the generated lease")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, label = load(args.model, args.hidden, args.layers, args.vocab)
-    doc = document_of(model, args.doc_tokens)
+    gold: list[Any] | None = None
+    if args.contracts_seed is None:
+        doc, questions = document_of(model, args.doc_tokens), QUESTIONS
+    else:
+        doc, questions, gold = contracts_case(args.contracts_seed)
     doc_tokens = len(model.tokenizer.encode(doc).ids)
     reps = args.repeats
 
     row, slot = EngineConfig(min_scope="row"), EngineConfig(min_scope="slot")
     cases: dict[str, Any] = {
-        "joint": lambda: decide(model, doc, QUESTIONS, mode="joint"),
-        "joint_slot": lambda: decide(model, doc, QUESTIONS, mode="joint", config=slot),
-        "alone": lambda: [decide(model, doc, [q], mode="standalone") for q in QUESTIONS],
-        "shared": lambda: decide(model, doc, QUESTIONS, mode="standalone"),
-        "ar": lambda: autoregressive(model, doc, QUESTIONS),
+        "joint": lambda: decide(model, doc, questions, mode="joint"),
+        "joint_slot": lambda: decide(model, doc, questions, mode="joint", config=slot),
+        "alone": lambda: [decide(model, doc, [q], mode="standalone") for q in questions],
+        "shared": lambda: decide(model, doc, questions, mode="standalone"),
+        "ar": lambda: autoregressive(model, doc, questions),
     }
     for threshold in (0.5, 0.7, 1.0):
         for name, config in (("row", row), ("slot", slot)):
             cases[f"{name}@{threshold}"] = (
-                lambda t=threshold, c=config: decide(model, doc, QUESTIONS, threshold=t, config=c)
+                lambda t=threshold, c=config: decide(model, doc, questions, threshold=t, config=c)
             )
     got = measure(cases, reps)
     cases_09 = {"row@0.9": got["joint"], "slot@0.9": got["joint_slot"]}
@@ -182,8 +224,10 @@ def main() -> None:
     print(f"model: {label}; document {doc_tokens} tokens; 8 questions; medians of {reps} "
           f"interleaved repeats; torch threads {args.threads}")
     print()
-    print("| decoding | forwards | wall (ms) | CPU (ms) | CPU / joint CPU |")
-    print("|---|---:|---:|---:|---:|")
+    scored = gold is not None
+    print("| decoding | forwards | wall (ms) | CPU (ms) | CPU / joint CPU |"
+          + (" correct |" if scored else ""))
+    print("|---|---:|---:|---:|---:|" + ("---:|" if scored else ""))
     labels = {
         "joint": "joint, 1 pass (threshold 0.9, at least one token per pass a step)",
         "joint_slot": "joint, 1 pass (threshold 0.9, at least one token per slot a step)",
@@ -199,7 +243,8 @@ def main() -> None:
             forwards = str(out[0])
         else:
             forwards = str(out.steps)
-        print(f"| {text} | {forwards} | {wall:.0f} | {cpu:.0f} | {cpu / joint_cpu:.1f}x |")
+        right = f" {score(answer_texts(name, out), gold)} |" if gold is not None else ""
+        print(f"| {text} | {forwards} | {wall:.0f} | {cpu:.0f} | {cpu / joint_cpu:.1f}x |{right}")
     print()
     print("| at least one token a step per | threshold | steps | tokens / forward | CPU (ms) | "
           "constraint share of step |")
