@@ -57,8 +57,9 @@ def test_round_trip_sharded_bf16_and_upcast(model: torch.nn.Module, tmp_path: Pa
     assert len(shards) > 1 and set(index["weight_map"].values()) == {s.name for s in shards}
     assert all(t.dtype == torch.bfloat16 for t in load_file(str(shards[0])).values()
                if t.is_floating_point())
-    loaded = decision.load_model(tmp_path)
+    loaded = decision.load_model(tmp_path, dtype=None)  # None keeps the checkpoint's dtype
     assert loaded.dtype == torch.bfloat16 and _same_params(bf16, loaded)
+    assert decision.load_model(tmp_path).dtype == torch.float32  # "auto" upcasts on the CPU
     up = decision.load_model(tmp_path, dtype=torch.float32)
     assert up.dtype == torch.float32 and _same_params(up, bf16)
     # bf16 weights, computed in fp32: logits close to the bf16 model's, far from nonsense

@@ -153,7 +153,7 @@ def test_checkpoint_loads_with_tokenizer_and_exports_bf16(tiny_runs: dict[str, o
 
     ckpt = tiny_runs["full"].checkpoint  # type: ignore[attr-defined]
     out = export_checkpoint(ckpt, Path(tiny_runs["dir"]) / "export")  # type: ignore[arg-type]
-    model = load_model(out)
+    model = load_model(out, dtype=None)
     assert model.tokenizer is not None
     assert model.dtype == torch.bfloat16
     assert not (out / "trainer_state.pt").exists()
