@@ -295,8 +295,9 @@ def _resolve_dtype(
 ) -> torch.dtype:
     if dtype == "auto":
         # CPUs without bf16/fp16 matrix units run half-precision matmuls far slower than
-        # float32 (a bf16 decode of models/default took 1.8-12x longer on the x86 CI machine), so
-        # weights are upcast there; accelerators compute in the checkpoint's own dtype.
+        # float32 (on the AVX2 development machine a bf16 contracts decode took 1.8x as long, a
+        # bf16-autocast training step 12x), so weights are upcast there; accelerators compute in
+        # the checkpoint's own dtype.
         if device.type == "cpu" and fallback in (torch.bfloat16, torch.float16):
             return torch.float32
         return fallback or torch.float32
