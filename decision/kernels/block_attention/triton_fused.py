@@ -24,6 +24,7 @@ import triton.language as tl
 
 from decision.errors import DecisionInputError
 from decision.kernels._common import L2NORM_EPS
+from decision.kernels._triton_common import l2_normalise_rows
 from decision.kernels.block_attention.naive import effective_length
 
 # warps per kernel, from `python -m decision.kernels.compile_check` (fewest register spills at
@@ -46,16 +47,6 @@ def _rows(ptr, r, rmask, head, NH: tl.constexpr, D: tl.constexpr, BD: tl.constex
 
 
 @triton.jit
-def _l2(x, L2: tl.constexpr, EPS: tl.constexpr):
-    """(x normalised, 1/norm) per row; the factor is 1 without normalisation."""
-    if L2:
-        r = 1.0 / tl.sqrt(tl.sum(x * x, 1) + EPS)
-    else:
-        r = tl.full([x.shape[0]], 1.0, tl.float32)
-    return x * r[:, None], r
-
-
-@triton.jit
 def _fwd_kernel(
     q_ptr, k_ptr, v_ptr, s_ptr, hl_ptr, scale_ptr, cal_ptr, lle_ptr, m_ptr, o_ptr, lse_ptr,
     of_ptr, L, rs,
@@ -72,7 +63,7 @@ def _fwd_kernel(
     qm = rq < L
     ck = tl.arange(0, BK)
     cv = tl.arange(0, BV)
-    q, _ = _l2(_rows(q_ptr, rq, qm, kh, HK, DK, BK, b, L), L2, EPS)
+    q, _ = l2_normalise_rows(_rows(q_ptr, rq, qm, kh, HK, DK, BK, b, L), L2, EPS)
     sc = tl.load(scale_ptr + h).to(tl.float32)
     u = tl.load(hl_ptr + (b * L + rq) * HV + h, mask=qm, other=0.0).to(tl.float32)
     u += tl.load(cal_ptr + h).to(tl.float32) * tl.load(lle_ptr + b)
@@ -85,7 +76,7 @@ def _fwd_kernel(
     for start in range(0, L, BKV):
         rk = start + tl.arange(0, BKV)
         km = (rk < L) & (tl.load(m_ptr + b * L + rk, mask=rk < L, other=0) != 0)
-        k, _ = _l2(_rows(k_ptr, rk, km, kh, HK, DK, BK, b, L), L2, EPS)
+        k, _ = l2_normalise_rows(_rows(k_ptr, rk, km, kh, HK, DK, BK, b, L), L2, EPS)
         v = _rows(v_ptr, rk, km, h, HV, DV, BV, b, L)
         s = tl.where(km[None, :], sc * tl.dot(q, tl.trans(k), input_precision=PREC), float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -119,7 +110,7 @@ def _bwd_q_kernel(
     qm = rq < L
     ck = tl.arange(0, BK)
     cv = tl.arange(0, BV)
-    q, rstd = _l2(_rows(q_ptr, rq, qm, kh, HK, DK, BK, b, L), L2, EPS)
+    q, rstd = l2_normalise_rows(_rows(q_ptr, rq, qm, kh, HK, DK, BK, b, L), L2, EPS)
     sc = tl.load(scale_ptr + h).to(tl.float32)
     u = tl.load(hl_ptr + (b * L + rq) * HV + h, mask=qm, other=0.0).to(tl.float32)
     u += tl.load(cal_ptr + h).to(tl.float32) * tl.load(lle_ptr + b)
@@ -142,7 +133,7 @@ def _bwd_q_kernel(
     for start in range(0, L, BKV):
         rk = start + tl.arange(0, BKV)
         km = (rk < L) & (tl.load(m_ptr + b * L + rk, mask=rk < L, other=0) != 0)
-        k, _ = _l2(_rows(k_ptr, rk, km, kh, HK, DK, BK, b, L), L2, EPS)
+        k, _ = l2_normalise_rows(_rows(k_ptr, rk, km, kh, HK, DK, BK, b, L), L2, EPS)
         v = _rows(v_ptr, rk, km, h, HV, DV, BV, b, L)
         cos = tl.dot(q, tl.trans(k), input_precision=PREC)
         valid = qm[:, None] & km[None, :]
@@ -175,7 +166,7 @@ def _bwd_kv_kernel(
     km = (rk < L) & (tl.load(m_ptr + b * L + rk, mask=rk < L, other=0) != 0)
     ck = tl.arange(0, BK)
     cv = tl.arange(0, BV)
-    k, rstd = _l2(_rows(k_ptr, rk, km, kh, HK, DK, BK, b, L), L2, EPS)
+    k, rstd = l2_normalise_rows(_rows(k_ptr, rk, km, kh, HK, DK, BK, b, L), L2, EPS)
     v = _rows(v_ptr, rk, km, h, HV, DV, BV, b, L)
     sc = tl.load(scale_ptr + h).to(tl.float32)
     dk = tl.zeros([BKV, BK], dtype=tl.float32)
@@ -183,7 +174,7 @@ def _bwd_kv_kernel(
     for start in range(0, L, BQ):
         rq = start + tl.arange(0, BQ)
         qm = rq < L
-        q, _ = _l2(_rows(q_ptr, rq, qm, kh, HK, DK, BK, b, L), L2, EPS)
+        q, _ = l2_normalise_rows(_rows(q_ptr, rq, qm, kh, HK, DK, BK, b, L), L2, EPS)
         do = _rows(do_ptr, rq, qm, h, HV, DV, BV, b, L)
         lse = tl.load(lse_ptr + (b * L + rq) * HV + h, mask=qm, other=0.0)
         delta = tl.load(delta_ptr + (b * L + rq) * HV + h, mask=qm, other=0.0)

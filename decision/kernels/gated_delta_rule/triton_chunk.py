@@ -38,6 +38,7 @@ from triton.runtime.errors import OutOfResources
 
 from decision.errors import DecisionInputError
 from decision.kernels._common import L2NORM_EPS, expand_heads, l2norm
+from decision.kernels._triton_common import l2_normalise_rows
 from decision.kernels.gated_delta_rule.naive import chunk_local
 
 INTERPRETED: bool = bool(knobs.runtime.interpret)
@@ -78,16 +79,6 @@ def _normalise(x, L2: tl.constexpr, EPS: tl.constexpr):
     if L2:
         x = x * (1.0 / tl.sqrt(tl.sum(x * x, 1) + EPS))[:, None]
     return x
-
-
-@triton.jit
-def _normalise_r(x, L2: tl.constexpr, EPS: tl.constexpr):
-    """(x normalised, 1 / norm per row) -- the factor is kept for the backward of the norm."""
-    if L2:
-        r = 1.0 / tl.sqrt(tl.sum(x * x, 1) + EPS)
-    else:
-        r = tl.full([x.shape[0]], 1.0, tl.float32)
-    return x * r[:, None], r
 
 
 @triton.jit
@@ -320,8 +311,8 @@ def _chunk_bwd_kernel(
     rows = tl.arange(0, BT)
     i_kh = i_h // (HV // HK)
     ck = tl.arange(0, BK)
-    q, rq = _normalise_r(_load_rows(q_ptr, pos, valid, i_kh, HK, DK, BK), L2, EPS)
-    k, rk = _normalise_r(_load_rows(k_ptr, pos, valid, i_kh, HK, DK, BK), L2, EPS)
+    q, rq = l2_normalise_rows(_load_rows(q_ptr, pos, valid, i_kh, HK, DK, BK), L2, EPS)
+    k, rk = l2_normalise_rows(_load_rows(k_ptr, pos, valid, i_kh, HK, DK, BK), L2, EPS)
     qs = q * scale
     b = tl.load(beta_ptr + pos * HV + i_h, mask=valid, other=0.0).to(tl.float32)
     b = tl.where(valid, tl.sigmoid(b), 0.0)
