@@ -1,4 +1,5 @@
-"""The vectorised dynamic programmes equal brute-force enumeration on small random automata."""
+"""The vectorised dynamic programmes and the listed-fillings decoder equal brute-force
+enumeration on small random automata."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from decision.joint.completions import MAX_CELLS, FillingTable, fillings
+from decision.joint.constrain import ActiveSlots
 from decision.joint.dp import PackedAutomata, log_partition, token_marginals, viterbi
 from decision.schemas.compile import TokenAutomaton
 
@@ -109,3 +112,57 @@ def test_ties_break_deterministically(dense: bool) -> None:
     first, _ = viterbi(packed, packed.edge_weights(logp), dense=dense)
     second, _ = viterbi(packed, packed.edge_weights(logp), dense=dense)
     assert first.tolist() == second.tolist() == [[0]]
+
+
+@settings(max_examples=80, deadline=None)
+@given(problems())
+def test_filling_lists_match_brute_force(problem) -> None:
+    """The listed-fillings decoder computes the same best completion and marginals."""
+    autos, logp = problem
+    length = logp.shape[1]
+    for a in autos:
+        listed = fillings(a, length)
+        expected = [s for s in itertools.product(range(VOCAB), repeat=length) if _accepts(a, s)]
+        assert [tuple(row) for row in listed.tolist()] == expected  # lexicographic edge order
+    if any(len(fillings(a, length)) == 0 for a in autos):
+        return  # a slot without fillings: covered by the -inf check below
+    packed = PackedAutomata.pack(autos)
+    log_z = log_partition(packed, packed.edge_weights(logp))
+    table = FillingTable.build([fillings(a, length) for a in autos])
+    tokens, score, marg = (torch.from_numpy(x) for x in table.decode(logp.numpy()))
+    _check(autos, logp, tokens, score, log_z, marg)
+
+
+def test_filling_list_without_a_possible_filling_scores_minus_infinity() -> None:
+    a = TokenAutomaton(1, torch.tensor([0]), torch.tensor([0]), torch.tensor([0]),
+                       torch.tensor([True]), budget=1)
+    none = TokenAutomaton(1, torch.tensor([0]), torch.tensor([1]), torch.tensor([0]),
+                          torch.tensor([False]), budget=1)  # accepts nothing
+    assert len(fillings(none, 2)) == 0
+    logp = torch.log_softmax(torch.zeros(3, 2, VOCAB), -1)
+    logp[0, 1] = float("-inf")
+    logp[0, 1, 2] = 0.0  # fixed to a token the automaton has no edge for
+    table = FillingTable.build([fillings(a, 2), fillings(none, 2), fillings(a, 2)])
+    tokens, score, conf = table.decode(logp.numpy())
+    assert score[0] == score[1] == float("-inf")
+    assert tokens[2].tolist() == [0, 0] and conf[2].tolist() == [1.0, 1.0]
+
+
+def test_too_many_fillings_left_to_the_programmes() -> None:
+    """A slot over the list limit is decoded by the programmes, and both agree on the others."""
+    free = TokenAutomaton(1, torch.tensor([0, 0, 0]), torch.tensor([0, 1, 2]),
+                          torch.tensor([0, 0, 0]), torch.tensor([True]), budget=9)
+    assert VOCAB**8 * 8 > MAX_CELLS and fillings(free, 8) is None
+    assert len(fillings(free, 7)) == VOCAB**7 and VOCAB**7 * 7 <= MAX_CELLS
+    one = TokenAutomaton(2, torch.tensor([0, 1]), torch.tensor([1, 0]), torch.tensor([1, 1]),
+                         torch.tensor([False, True]), budget=8)
+    logp = torch.log_softmax(torch.randn(2, 8, VOCAB, generator=torch.Generator().manual_seed(0)),
+                             -1)
+    active = ActiveSlots.build(torch.arange(2), torch.zeros(2, 8, dtype=torch.long), [free, one])
+    assert active.listed.tolist() == [1] and active.searched.tolist() == [0]
+    tokens, conf = active.decode(logp)
+    packed = PackedAutomata.pack([free, one])
+    weights = packed.edge_weights(logp)
+    expected, _ = viterbi(packed, weights)
+    assert tokens.tolist() == expected.tolist()
+    assert torch.allclose(conf, token_marginals(packed, weights, expected), atol=1e-5)

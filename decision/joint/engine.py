@@ -25,6 +25,7 @@ from decision.joint.sampler import (
     BlockState,
     ConstrainedThresholdSampler,
     Sampler,
+    StepReport,
     ThresholdSamplerConfig,
 )
 from decision.schemas.compile import (
@@ -374,7 +375,7 @@ def _run(
     row_steps = torch.zeros(len(rows), dtype=torch.long)
     max_steps = torch.tensor([requests[row.request].max_steps or 0 for row in rows])
     decoded = state.masked.sum(-1)
-    denoise_s = constraint_s = 0.0
+    denoise_s = sampler_s = constraint_s = 0.0
     block_mask_d, seg_d = block_mask.to(device), seg.to(device)
     while bool(state.masked.any()):
         t0 = time.perf_counter()
@@ -387,11 +388,13 @@ def _run(
         for group, policy in samplers:
             rows_here = torch.isin(row_request, group) if len(samplers) > 1 else None
             report = _step(policy, state, logits, force, rows_here)
-            constraint_s += report
+            sampler_s += report.seconds
+            constraint_s += report.constraint_seconds
     total_s = time.perf_counter() - start
     timings = {
         "prefill": prefill_s * 1e3,
         "denoise": denoise_s * 1e3,
+        "sampler": sampler_s * 1e3,
         "constraint": constraint_s * 1e3,
         "total": total_s * 1e3,
     }
@@ -422,11 +425,11 @@ def _step(
     logits: torch.Tensor,
     force: torch.Tensor,
     rows: torch.Tensor | None,
-) -> float:
+) -> StepReport:
     """One sampler step, restricted to ``rows`` when several policies share the batch."""
     state.selectable = rows
     try:
-        return policy.step(state, logits, force if rows is None else force & rows).seconds
+        return policy.step(state, logits, force if rows is None else force & rows)
     finally:
         state.selectable = None
 

@@ -12,9 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+import numpy as np
 import torch
 
-from decision.joint.dp import PackedAutomata, log_partition, token_marginals, viterbi
+from decision.joint.constrain import ActiveSlots
+from decision.joint.dp import PackedAutomata, log_partition
 from decision.schemas.compile import TokenAutomaton
 
 
@@ -37,7 +39,10 @@ class BlockState:
     option_probs: list[torch.Tensor | None] = field(default_factory=list)  # per slot
     selectable: torch.Tensor | None = None  # [B] bool, rows this step may fix (None: all)
     _pack_key: tuple[int, ...] = ()
-    _pack: tuple[torch.Tensor, PackedAutomata, torch.Tensor] | None = None
+    _pack: ActiveSlots | None = None
+    _slot_real: np.ndarray | None = None
+    _slot_flat: np.ndarray | None = None
+    _slot_row: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         k = int(self.positions.shape[0])
@@ -45,55 +50,68 @@ class BlockState:
         self.option_probs = self.option_probs or [None] * k
 
     @property
+    def wants_options(self) -> bool:
+        """Whether any slot reports option probabilities (``return_probabilities``)."""
+        return any(options is not None for options in self.option_automata)
+
+    @property
     def remaining(self) -> torch.Tensor:
         """Masked tokens left per row, ``[B]``."""
         return self.masked.sum(-1)
 
-    def slot_masked(self) -> torch.Tensor:
+    def slot_masked(self) -> np.ndarray:
         """``[K, Lmax]`` bool: which slot positions are still masked."""
-        real = self.positions >= 0
-        return real & self.masked.reshape(-1)[self.positions.clamp(min=0)]
+        if self._slot_real is None:  # positions never change: their NumPy forms once
+            self._slot_real = (self.positions >= 0).numpy()
+            self._slot_flat = self.positions.clamp(min=0).numpy()
+            self._slot_row = self.positions[:, 0].numpy() // self.ids.shape[1]
+        return self._slot_real & self.masked.numpy().reshape(-1)[self._slot_flat]
 
-    def active(self) -> tuple[torch.Tensor, PackedAutomata | None, torch.Tensor]:
-        """Slots with masked tokens: their indices, packed automata and ``[Ka, La]`` positions.
+    def active(self) -> ActiveSlots | None:
+        """The slots with masked tokens (None when there are none) and how each is decoded.
 
-        Finished slots (and slots of rows not ``selectable``) drop out of the dynamic programmes;
-        the packing is rebuilt only when the set of active slots changes.
+        Finished slots (and slots of rows not ``selectable``) drop out; the plan is rebuilt only
+        when the set of active slots changes.
         """
         live = self.slot_masked().any(-1)
         if self.selectable is not None:  # only the slots of rows this policy decides
-            live &= self.selectable[self.positions[:, 0] // self.ids.shape[1]]
-        index = live.nonzero().flatten()
-        key = tuple(index.tolist())
+            live &= self.selectable.numpy()[self._slot_row]
+        key = tuple(np.flatnonzero(live).tolist())
         if not key:
-            return index, None, self.positions[:0]  # type: ignore[return-value]
-        # keep the current packing while it covers the live slots and at most half of it is
-        # finished (finished slots are all one-hot rows: harmless, and repacking costs more)
+            return None
+        # keep the current plan while it covers the live slots and at most half of it is
+        # finished (finished slots are all one-hot rows: harmless, and rebuilding costs more)
         if self._pack is not None and set(key) <= set(self._pack_key):
             if 2 * len(key) > len(self._pack_key):
                 return self._pack
-        if self._pack is None or key != self._pack_key:
-            positions = self.positions[index]
-            width = int((positions >= 0).sum(-1).max()) if len(key) else 0
-            packed = PackedAutomata.pack([self.slot_automata[i] for i in key])
-            self._pack_key, self._pack = key, (index, packed, positions[:, :width])
+        index = torch.tensor(key, dtype=torch.long)
+        positions = self.positions[index]
+        width = int((positions >= 0).sum(-1).max())
+        automata = [self.slot_automata[i] for i in key]
+        self._pack_key = key
+        self._pack = ActiveSlots.build(index, positions[:, :width], automata)
         return self._pack
 
     def slot_logp(self, logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """``[K, L, V]`` log-probabilities at ``positions``; fixed and virtual ones one-hot.
+        """``[K, L, V]`` log-probabilities at ``positions`` (on the CPU); fixed and virtual ones
+        one-hot (0 at their token, -inf elsewhere).
 
-        Computed on the logits' device: only the slot rows are gathered, never the whole block.
+        Only the slot rows are gathered and normalised on the logits' device, never the block.
         """
-        device = logits.device
         b, length, v = logits.shape
-        real = positions >= 0
         pos = positions.clamp(min=0)
-        tokens = torch.where(real, self.ids.reshape(-1)[pos], torch.full_like(pos, self.eos_id))
-        fixed = (~real | ~self.masked.reshape(-1)[pos]).to(device)
-        logp = torch.log_softmax(logits.reshape(b * length, v)[pos.to(device)].float(), dim=-1)
-        one_hot = torch.full_like(logp, float("-inf"))
-        one_hot.scatter_(-1, tokens.to(device)[..., None], 0.0)
-        return torch.where(fixed[..., None], one_hot, logp)
+        index = pos.reshape(-1).to(logits.device)
+        rows = logits.reshape(b * length, v).index_select(0, index).view(*pos.shape, v)
+        logp = torch.log_softmax(rows.detach().float(), dim=-1).cpu()
+        real, flat = (positions >= 0).numpy(), pos.numpy()
+        fixed = ~real | ~self.masked.numpy().reshape(-1)[flat]
+        if fixed.any():
+            tokens = np.where(real, self.ids.numpy().reshape(-1)[flat], self.eos_id)
+            k, t = np.nonzero(fixed)
+            view = logp.numpy()
+            view[k, t] = -np.inf
+            view[k, t, tokens[k, t]] = 0.0
+        return logp
 
 
 @dataclass
@@ -101,7 +119,8 @@ class StepReport:
     """What one sampler step did."""
 
     fixed: torch.Tensor  # [B] tokens fixed per row
-    seconds: float  # time spent in the constraint work (masks, dynamic programmes)
+    seconds: float  # the whole step
+    constraint_seconds: float = 0.0  # of which the constraint work (lists, programmes)
 
 
 class Sampler(Protocol):
@@ -147,64 +166,69 @@ class ConstrainedThresholdSampler:
         self, state: BlockState, logits: torch.Tensor, force: torch.Tensor | None = None
     ) -> StepReport:
         start = time.perf_counter()
-        index, packed, positions = state.active()
         b, length = state.ids.shape
-        if packed is None:
+        active = state.active()  # which slots, each with its filling list or automaton
+        if active is None:
             return StepReport(torch.zeros(b, dtype=torch.long), time.perf_counter() - start)
-        logp = state.slot_logp(logits, positions)
-        weights = packed.edge_weights(logp)
-        tokens, score = viterbi(packed, weights)
-        if not bool(torch.isfinite(score).all()):
-            raise RuntimeError("a slot has no valid completion (automaton/budget mismatch)")
-        conf = token_marginals(packed, weights, tokens).clamp(0.0, 1.0)
-        real = positions >= 0
-        flat_pos = positions[real]
-        grid_tok = state.ids.reshape(-1).clone()
-        grid_conf = torch.full((b * length,), -1.0)
-        grid_tok[flat_pos] = tokens[real]
-        grid_conf[flat_pos] = conf[real]
-        grid_tok, grid_conf = grid_tok.view(b, length), grid_conf.view(b, length)
-        masked = state.masked
+        constraint = time.perf_counter() - start
+        logp = state.slot_logp(logits, active.positions)
+        begin = time.perf_counter()
+        tokens, conf = active.decode(logp)
+        constraint += time.perf_counter() - begin
+        # selection in NumPy: a few dozen operations on [B, L] arrays, cheaper than torch's
+        ids, all_masked = state.ids.numpy(), state.masked.numpy()
+        grid_tok = ids.reshape(-1).copy()
+        grid_conf = np.full(b * length, -1.0, dtype=np.float32)
+        grid_tok[active.flat] = tokens.numpy()[active.real]
+        grid_conf[active.flat] = conf.numpy()[active.real]
+        grid_tok, grid_conf = grid_tok.reshape(b, length), grid_conf.reshape(b, length)
+        masked = all_masked
         if state.selectable is not None:  # other rows belong to another policy this step
-            masked = masked & state.selectable[:, None]
-        scores = torch.where(masked, grid_conf, torch.full_like(grid_conf, -2.0))
+            masked = masked & state.selectable.numpy()[:, None]
+        scores = np.where(masked, grid_conf, np.float32(-2.0))
         chosen = masked & (scores > self.config.threshold)
+        minimum = self.config.min_tokens
         if self.config.min_scope == "slot":
-            chosen |= self._slot_minimum(scores, masked, chosen, positions)
+            chosen |= self._slot_minimum(scores, masked, chosen, active)
         else:
-            need = (masked.sum(-1) > 0) & (chosen.sum(-1) < self.config.min_tokens)
-            if bool(need.any()):
-                top = scores.topk(min(self.config.min_tokens, length), dim=-1).indices
-                extra = torch.zeros_like(chosen).scatter_(1, top, True) & masked
-                chosen |= extra & need[:, None]
+            need = masked.any(-1) & (chosen.sum(-1) < minimum)
+            if need.any():  # the most confident masked tokens (lowest column on ties)
+                top = np.argsort(-scores, axis=1, kind="stable")[:, :minimum]
+                extra = np.zeros_like(chosen)
+                np.put_along_axis(extra, top, True, axis=1)
+                chosen |= extra & masked & need[:, None]
         if force is not None:  # rows out of steps: fix the rest of their Viterbi paths
-            chosen |= masked & force[:, None]
-        self._option_probabilities(state, index, positions, logp, chosen)
-        state.ids = torch.where(chosen, grid_tok, state.ids)
-        state.confidence = torch.where(chosen, grid_conf, state.confidence)
-        state.masked = state.masked & ~chosen
-        return StepReport(chosen.sum(-1), time.perf_counter() - start)
+            chosen |= masked & force.numpy()[:, None]
+        if state.wants_options:
+            begin = time.perf_counter()
+            self._option_probabilities(
+                state, active.index, active.positions, logp, torch.from_numpy(chosen)
+            )
+            constraint += time.perf_counter() - begin
+        state.ids = torch.from_numpy(np.where(chosen, grid_tok, ids))
+        state.confidence = torch.from_numpy(
+            np.where(chosen, grid_conf, state.confidence.numpy())
+        )
+        state.masked = torch.from_numpy(all_masked & ~chosen)
+        fixed = torch.from_numpy(chosen.sum(-1))
+        return StepReport(fixed, time.perf_counter() - start, constraint)
 
     def _slot_minimum(
-        self,
-        scores: torch.Tensor,
-        masked: torch.Tensor,
-        chosen: torch.Tensor,
-        positions: torch.Tensor,
-    ) -> torch.Tensor:
+        self, scores: np.ndarray, masked: np.ndarray, chosen: np.ndarray, active: ActiveSlots
+    ) -> np.ndarray:
         """The ``min_tokens`` most confident masked tokens of every slot short of them."""
-        real = positions >= 0
-        pos = positions.clamp(min=0)
-        floor = torch.full(pos.shape, -2.0, dtype=scores.dtype)
-        slot_scores = torch.where(real, scores.reshape(-1)[pos], floor)
+        real, pos = active.real, active.clamped
+        slot_scores = np.where(real, scores.reshape(-1)[pos], np.float32(-2.0))
         slot_masked = real & masked.reshape(-1)[pos]
         slot_chosen = real & chosen.reshape(-1)[pos]
         need = slot_masked.any(-1) & (slot_chosen.sum(-1) < self.config.min_tokens)
-        top = slot_scores.topk(min(self.config.min_tokens, pos.shape[1]), dim=-1).indices
-        pick = torch.zeros_like(real).scatter_(1, top, True) & slot_masked & need[:, None]
-        extra = torch.zeros(masked.numel(), dtype=torch.bool)
-        extra[pos[pick]] = True
-        return extra.view_as(masked)
+        extra = np.zeros(masked.size, dtype=bool)
+        if need.any():
+            top = np.argsort(-slot_scores, axis=1, kind="stable")[:, : self.config.min_tokens]
+            pick = np.zeros_like(real)
+            np.put_along_axis(pick, top, True, axis=1)
+            extra[pos[pick & slot_masked & need[:, None]]] = True
+        return extra.reshape(masked.shape)
 
     @staticmethod
     def _option_probabilities(

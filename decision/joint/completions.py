@@ -1,0 +1,152 @@
+"""Slots with few valid fillings: list them once, then decode a step with a handful of gathers.
+
+Most answer slots accept few token sequences: a boolean, a choice among a few options, a small
+integer range (every tokenisation counted). For those, the most probable valid completion and
+each token's marginal among valid completions (what ``decision.joint.dp`` computes by dynamic
+programming) are exact over the list: with the slot's J fillings x_j and
+w_j = sum_t logp[t, x_j[t]],
+
+    best = argmax_j w_j,   P(x_t = v | valid) = sum_{j : x_j[t] = v} softmax(w)_j.
+
+A fixed position is a one-hot row of ``logp``, so fillings that disagree with it get -inf. Per
+step that is one gather, one sum and a few segment reductions for all such slots at once,
+against a loop over positions for the programmes; the lists are built once per automaton and
+width (cached). A slot whose list would exceed ``MAX_CELLS`` tokens (patterns, JSON, wide
+ranges) keeps the programmes: near that size a list costs about what the programmes do
+(measured: 5,001 fillings of 4 tokens, about 120 us a step against 160 us).
+
+Ties break to the first filling in the list, which is ordered lexicographically by the
+automaton's edge order (deterministic, independent of the other slots in the batch).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from decision.schemas.compile import TokenAutomaton
+
+MAX_CELLS = 32_768  # fillings x width per slot; beyond it the dynamic programmes decode it
+_CACHE_SIZE = 1024
+
+_cache: OrderedDict[tuple[int, int], tuple[TokenAutomaton, np.ndarray | None]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _suffix_counts(automaton: TokenAutomaton, length: int, cap: int) -> np.ndarray:
+    """``[length + 1, S]``: accepted suffixes of exactly ``length - t`` tokens from each state,
+    capped at ``cap`` (only whether a count exceeds the limit matters)."""
+    src, dst = automaton.src.numpy(), automaton.dst.numpy()
+    counts = np.zeros((length + 1, automaton.num_states))
+    counts[length] = automaton.accept.numpy()
+    for t in range(length - 1, -1, -1):
+        step = np.bincount(src, weights=counts[t + 1][dst], minlength=automaton.num_states)
+        counts[t] = np.minimum(step, cap)
+    return counts
+
+
+def _enumerate(automaton: TokenAutomaton, length: int, limit: int) -> np.ndarray | None:
+    """Every accepted sequence of exactly ``length`` tokens, ``[J, length]`` in lexicographic
+    edge order, or None when there are more than ``limit``."""
+    counts = _suffix_counts(automaton, length, limit + 1)
+    if counts[0][0] > limit:  # state 0 is the initial state of a TokenAutomaton
+        return None
+    src, tok, dst = automaton.src.numpy(), automaton.tok.numpy(), automaton.dst.numpy()
+    order = np.argsort(src, kind="stable")  # edges grouped by source, in edge order
+    starts = np.searchsorted(src[order], np.arange(automaton.num_states + 1))
+    prefixes = np.zeros((1 if counts[0][0] > 0 else 0, 0), dtype=np.int64)
+    states = np.zeros(len(prefixes), dtype=np.int64)
+    for t in range(length):
+        degree = starts[states + 1] - starts[states]
+        parent = np.repeat(np.arange(len(states)), degree)
+        # the k-th outgoing edge of each parent: its offset in the grouped edge order
+        first = np.repeat(starts[states], degree)
+        rank = np.arange(len(parent)) - np.repeat(np.cumsum(degree) - degree, degree)
+        edge = order[first + rank]
+        alive = counts[t + 1][dst[edge]] > 0  # only edges from which acceptance is reachable
+        parent, edge = parent[alive], edge[alive]
+        prefixes = np.concatenate([prefixes[parent], tok[edge][:, None]], axis=1)
+        states = dst[edge]
+    return prefixes
+
+
+def fillings(automaton: TokenAutomaton, length: int) -> np.ndarray | None:
+    """The automaton's accepted sequences of ``length`` tokens (cached), or None when they
+    would take more than ``MAX_CELLS`` tokens."""
+    key = (id(automaton), length)
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None and hit[0] is automaton:
+            _cache.move_to_end(key)
+            return hit[1]
+    table = _enumerate(automaton, length, MAX_CELLS // max(length, 1))
+    with _lock:
+        _cache[key] = (automaton, table)  # the reference keeps id(automaton) from being reused
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return table
+
+
+@dataclass(frozen=True)
+class FillingTable:
+    """The fillings of K slots, concatenated: slot k owns rows ``starts[k]:starts[k + 1]`` of
+    ``tokens`` (a slot without fillings owns one row with ``padding`` -inf). NumPy, ragged:
+    a step is about fifteen operations on arrays of J x L entries in all, where padding every
+    slot to the longest list, or torch's per-operation overhead, would dominate."""
+
+    tokens: np.ndarray  # [J, L] int64
+    by_position: np.ndarray  # [L, J] the same, transposed (fast sums over positions)
+    starts: np.ndarray  # [K] first row of each slot
+    owner: np.ndarray  # [J] slot of each row
+    padding: np.ndarray  # [J] 0 for a filling, -inf for a placeholder row
+    _flat: dict[int, np.ndarray] = field(default_factory=dict)  # vocab size -> [L, J]
+
+    @staticmethod
+    def build(tables: Sequence[np.ndarray]) -> FillingTable:
+        length = tables[0].shape[1]
+        rows = [t if len(t) else np.zeros((1, length), dtype=np.int64) for t in tables]
+        sizes = np.array([len(t) for t in rows])
+        tokens = np.concatenate(rows).astype(np.int64, copy=False)
+        padding = np.concatenate(
+            [np.full(len(r), 0.0 if len(t) else -np.inf, dtype=np.float32)
+             for r, t in zip(rows, tables, strict=True)]
+        )
+        return FillingTable(
+            tokens=tokens,
+            by_position=np.ascontiguousarray(tokens.T),
+            starts=np.concatenate([[0], np.cumsum(sizes)[:-1]]),
+            owner=np.repeat(np.arange(len(rows)), sizes),
+            padding=padding,
+        )
+
+    def _flat_index(self, vocab: int) -> np.ndarray:
+        """Index of ``logp[k, t, tokens[j, t]]`` (k the owner of row j) in the flattened
+        ``logp``, ``[L, J]``."""
+        index = self._flat.get(vocab)
+        if index is None:
+            length = self.by_position.shape[0]
+            base = (self.owner[None, :] * length + np.arange(length)[:, None]) * vocab
+            index = self._flat[vocab] = base + self.by_position
+        return index
+
+    def decode(self, logp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Best filling ``[K, L]``, its log-weight ``[K]`` (-inf when none is possible: then the
+        confidences are undefined) and each of its tokens' marginal among valid fillings
+        ``[K, L]``, from ``logp`` ``[K, L, V]``."""
+        flat = np.ascontiguousarray(logp, dtype=np.float32).reshape(-1)
+        weight = flat.take(self._flat_index(logp.shape[-1])).sum(0) + self.padding  # [J]
+        score = np.maximum.reduceat(weight, self.starts)  # [K]
+        top = weight == score[self.owner]
+        rows = np.arange(len(weight))
+        best = np.minimum.reduceat(np.where(top, rows, len(rows)), self.starts)  # first maximum
+        tokens = self.tokens[best]  # [K, L]
+        with np.errstate(invalid="ignore"):  # -inf - -inf in a slot without fillings
+            share = np.exp(weight - score[self.owner])
+            agree = self.by_position == tokens[self.owner].T  # [L, J]
+            mass = np.add.reduceat(agree * share, self.starts, axis=1)  # [L, K]
+            confidence = (mass / np.add.reduceat(share, self.starts)).T
+        return tokens, score, confidence

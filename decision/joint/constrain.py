@@ -1,0 +1,83 @@
+"""The constraint work of one step: each active slot's most probable valid completion and the
+confidence of its tokens, from the slot-position log-probabilities.
+
+Slots with few valid fillings are decoded from their lists (``decision.joint.completions``), the
+others by the dynamic programmes (``decision.joint.dp``); both are exact, so which one a slot uses
+changes the time a step takes, not its answer (up to ties and float rounding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from decision.joint.completions import FillingTable, fillings
+from decision.joint.dp import PackedAutomata, token_marginals, viterbi
+from decision.schemas.compile import TokenAutomaton
+
+
+@dataclass(frozen=True)
+class ActiveSlots:
+    """The slots a step decodes: ``index`` ``[Ka]`` (slot ids in the ``BlockState``) and their
+    ``positions`` ``[Ka, La]``, split into listed slots and slots left to the programmes."""
+
+    index: torch.Tensor
+    positions: torch.Tensor
+    listed: torch.Tensor  # [Kl] rows of ``positions`` decoded from filling lists
+    table: FillingTable | None
+    searched: torch.Tensor  # [Kd] rows decoded by the dynamic programmes
+    packed: PackedAutomata | None
+    real: np.ndarray  # [Ka, La] bool: positions inside the slot's budget
+    clamped: np.ndarray  # [Ka, La] flat block index of each position (0 for virtual ones)
+    flat: np.ndarray  # flat block indices of the real positions, row-major
+
+
+    @staticmethod
+    def build(
+        index: torch.Tensor, positions: torch.Tensor, automata: Sequence[TokenAutomaton]
+    ) -> ActiveSlots:
+        width = int(positions.shape[1])
+        lists = [fillings(a, width) for a in automata]
+        listed = [k for k, table in enumerate(lists) if table is not None]
+        searched = [k for k, table in enumerate(lists) if table is None]
+        return ActiveSlots(
+            index=index,
+            positions=positions,
+            listed=torch.tensor(listed, dtype=torch.long),
+            table=FillingTable.build([lists[k] for k in listed]) if listed else None,
+            searched=torch.tensor(searched, dtype=torch.long),
+            packed=PackedAutomata.pack([automata[k] for k in searched]) if searched else None,
+            real=(positions >= 0).numpy(),
+            clamped=positions.clamp(min=0).numpy(),
+            flat=positions[positions >= 0].numpy(),
+        )
+
+    def decode(self, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Best valid completion ``[Ka, La]`` and each token's marginal probability among valid
+        completions ``[Ka, La]`` (in [0, 1]), from ``logp`` ``[Ka, La, V]`` on the CPU.
+
+        Raises RuntimeError when a slot has no valid completion (an automaton/budget mismatch).
+        """
+        if self.packed is None and self.table is not None:  # the common case: all listed
+            tokens, score, confidence = self.table.decode(logp.numpy())
+        else:
+            tokens = np.zeros(self.positions.shape, dtype=np.int64)
+            confidence = np.zeros(self.positions.shape, dtype=np.float32)
+            score = np.zeros(len(tokens), dtype=np.float32)
+            if self.table is not None:
+                part = logp.numpy()[self.listed.numpy()]
+                rows = self.listed.numpy()
+                tokens[rows], score[rows], confidence[rows] = self.table.decode(part)
+            assert self.packed is not None
+            rows = self.searched.numpy()
+            weights = self.packed.edge_weights(logp[self.searched])
+            best, found = viterbi(self.packed, weights)
+            tokens[rows], score[rows] = best.numpy(), found.numpy()
+            confidence[rows] = token_marginals(self.packed, weights, best).numpy()
+        if not np.isfinite(score).all():
+            raise RuntimeError("a slot has no valid completion (automaton/budget mismatch)")
+        confidence = np.clip(confidence, 0.0, 1.0).astype(np.float32, copy=False)
+        return torch.from_numpy(tokens), torch.from_numpy(confidence)
