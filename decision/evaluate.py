@@ -26,6 +26,7 @@ from decision.errors import DecisionInputError
 
 TASKS = ("contracts",)
 MODES = ("joint", "standalone")
+MIN_SCOPES = ("row", "slot")
 
 
 def _requests(groups: Sequence[Any], mode: str) -> list[dict[str, Any]]:
@@ -45,10 +46,21 @@ def _same(value: Any, gold: Any) -> bool:
 
 
 def evaluate_groups(
-    model: Any, groups: Sequence[Any], batch_size: int = 16, log: Any = None
+    model: Any,
+    groups: Sequence[Any],
+    batch_size: int = 16,
+    log: Any = None,
+    min_scope: str = "row",
 ) -> tuple[list[Any], dict[str, list[float]]]:
-    """Decode every group in both modes; return metric records and per-group latencies (ms)."""
+    """Decode every group in both modes; return metric records and per-group latencies (ms).
+
+    ``min_scope``: the decoder's minimum-progress rule (``EngineConfig.min_scope``): at least one
+    token a step per pass ("row", the default) or per answer slot ("slot").
+    """
+    from decision.joint.engine import EngineConfig
     from decision.metrics import Record
+
+    config = EngineConfig(min_scope=min_scope)
 
     records: list[Record] = []
     latency: dict[str, list[float]] = {m: [] for m in MODES}
@@ -56,7 +68,7 @@ def evaluate_groups(
         for start in range(0, len(groups), batch_size):
             chunk = groups[start : start + batch_size]
             t0 = time.perf_counter()
-            decisions = model.decide_many(_requests(chunk, mode))
+            decisions = model.decide_many(_requests(chunk, mode), config=config)
             per_group = (time.perf_counter() - t0) * 1000 / len(chunk)
             latency[mode].extend([per_group] * len(chunk))
             for group, decision in zip(chunk, decisions, strict=True):
@@ -89,6 +101,7 @@ def run_eval(
     batch_size: int = 16,
     out_dir: str | None = None,
     n_boot: int = 2000,
+    min_scope: str = "row",
 ) -> tuple[dict[str, Any], str]:
     """Evaluate and return (JSON-ready result, Markdown report); write both when ``out_dir``."""
     import torch
@@ -102,6 +115,8 @@ def run_eval(
         raise DecisionInputError("--groups must be >= 1", "groups")
     if batch_size < 1:
         raise DecisionInputError("--batch-size must be >= 1", "batch_size")
+    if min_scope not in MIN_SCOPES:
+        raise DecisionInputError(f"--min-scope must be one of {MIN_SCOPES}", "min_scope")
     splits = {split_of(s) for s in (seed_start, seed_start + groups - 1)}
     if "train" in splits:
         print("warning: these seeds are TRAIN seeds; use TEST seeds (from 20000000) for "
@@ -112,19 +127,20 @@ def run_eval(
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    records, latency = evaluate_groups(model, data, batch_size, log)
+    records, latency = evaluate_groups(model, data, batch_size, log, min_scope)
     result, report = summarize(records, n_boot=n_boot)
     result["latency_per_group"] = latency_summary(latency)
     result["setup"] = {
         "task": "contracts", "seed_start": seed_start, "groups": groups, "level": level,
         "splits": sorted(s or "none" for s in splits), "model": model_dir or "models/default",
         "batch_size": batch_size, "questions": len(records) // len(MODES),
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "min_scope": min_scope,
     }
     lat = result["latency_per_group"]
     report = (
         f"Contracts, level {level}, seeds {seed_start}..{seed_start + groups - 1} "
-        f"({result['setup']['questions']} questions), model {result['setup']['model']}.\n\n"
+        f"({result['setup']['questions']} questions), model {result['setup']['model']}, "
+        f"at least one token a step per {'pass' if min_scope == 'row' else 'answer slot'}.\n\n"
         + report
         + "\n\nLatency per group (batch wall time / groups, batch "
         + f"{batch_size}, CPU threads {torch.get_num_threads()}): "
@@ -152,6 +168,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="write eval.json and eval.md here")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--min-scope", choices=MIN_SCOPES, default="row",
+                        help="at least one token a step per pass (row, the default) or per "
+                             "answer slot (slot)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     _, report = run_eval(args.model, args.seed_start, args.groups, args.level, args.batch_size,
-                         args.out)
+                         args.out, min_scope=args.min_scope)
     print(report)
     return 0
 

@@ -56,3 +56,31 @@ def test_eval_rejects_bad_input(tiny_dir: Path, capsys: pytest.CaptureFixture[st
         run_eval(str(tiny_dir), 20_000_000, 0)
     assert main(["--seed-start", "-5", "--groups", "2", "--model", str(tiny_dir)]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_eval_min_scope_is_passed_to_the_decoder(tiny_dir: Path) -> None:
+    """Per-slot progress finishes each group in as many steps as its longest answer needs."""
+    from apps.contracts.generator import generate_groups
+    from decision.evaluate import evaluate_groups
+    from decision.model import load_model
+
+    model = load_model(str(tiny_dir))
+    groups = list(generate_groups(20_000_000, 3, 2))
+    calls: list[int] = []
+    original = model.decide_many
+
+    def counting(requests, **options):
+        decisions = original(requests, **options)
+        calls.extend(d.steps for d in decisions)
+        return decisions
+
+    model.decide_many = counting
+    evaluate_groups(model, groups, batch_size=3, min_scope="slot")
+    slot_steps = calls[:3]
+    calls.clear()
+    evaluate_groups(model, groups, batch_size=3, min_scope="row")
+    row_steps = calls[:3]
+    assert all(s <= r for s, r in zip(slot_steps, row_steps, strict=True))
+    assert sum(slot_steps) < sum(row_steps)
+    with pytest.raises(DecisionInputError):
+        run_eval(str(tiny_dir), 20_000_000, 1, min_scope="token")
