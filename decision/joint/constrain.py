@@ -8,6 +8,8 @@ changes the time a step takes, not its answer (up to ties and float rounding).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +19,38 @@ import torch
 from decision.joint.completions import FillingTable, fillings
 from decision.joint.dp import PackedAutomata, token_marginals, viterbi
 from decision.schemas.compile import TokenAutomaton
+
+_Split = tuple[torch.Tensor, FillingTable | None, torch.Tensor, PackedAutomata | None]
+_PLAN_CACHE_SIZE = 256
+_plans: OrderedDict[tuple[tuple[int, ...], int], tuple[tuple[TokenAutomaton, ...], _Split]] = (
+    OrderedDict()
+)
+_lock = threading.Lock()
+
+
+def _split(automata: tuple[TokenAutomaton, ...], width: int) -> _Split:
+    """Which slots are listed and which searched, with their table and packing (cached: the
+    same questions give the same automata objects, so repeated requests skip the build)."""
+    key = (tuple(id(a) for a in automata), width)
+    with _lock:
+        hit = _plans.get(key)
+        if hit is not None and all(x is y for x, y in zip(hit[0], automata, strict=True)):
+            _plans.move_to_end(key)
+            return hit[1]
+    lists = [fillings(a, width) for a in automata]
+    listed = [k for k, table in enumerate(lists) if table is not None]
+    searched = [k for k, table in enumerate(lists) if table is None]
+    split = (
+        torch.tensor(listed, dtype=torch.long),
+        FillingTable.build([lists[k] for k in listed]) if listed else None,
+        torch.tensor(searched, dtype=torch.long),
+        PackedAutomata.pack([automata[k] for k in searched]) if searched else None,
+    )
+    with _lock:
+        _plans[key] = (automata, split)  # the references keep the ids from being reused
+        while len(_plans) > _PLAN_CACHE_SIZE:
+            _plans.popitem(last=False)
+    return split
 
 
 @dataclass(frozen=True)
@@ -39,17 +73,14 @@ class ActiveSlots:
     def build(
         index: torch.Tensor, positions: torch.Tensor, automata: Sequence[TokenAutomaton]
     ) -> ActiveSlots:
-        width = int(positions.shape[1])
-        lists = [fillings(a, width) for a in automata]
-        listed = [k for k, table in enumerate(lists) if table is not None]
-        searched = [k for k, table in enumerate(lists) if table is None]
+        listed, table, searched, packed = _split(tuple(automata), int(positions.shape[1]))
         return ActiveSlots(
             index=index,
             positions=positions,
-            listed=torch.tensor(listed, dtype=torch.long),
-            table=FillingTable.build([lists[k] for k in listed]) if listed else None,
-            searched=torch.tensor(searched, dtype=torch.long),
-            packed=PackedAutomata.pack([automata[k] for k in searched]) if searched else None,
+            listed=listed,
+            table=table,
+            searched=searched,
+            packed=packed,
             real=(positions >= 0).numpy(),
             clamped=positions.clamp(min=0).numpy(),
             flat=positions[positions >= 0].numpy(),

@@ -38,11 +38,11 @@ class BlockState:
     option_automata: list[list[TokenAutomaton] | None] = field(default_factory=list)
     option_probs: list[torch.Tensor | None] = field(default_factory=list)  # per slot
     selectable: torch.Tensor | None = None  # [B] bool, rows this step may fix (None: all)
-    _pack_key: tuple[int, ...] = ()
+    _pack_slots: np.ndarray | None = None  # slot ids the current plan covers
+    plan_seconds: float = 0.0  # time spent building plans (constraint work), cumulative
     _pack: ActiveSlots | None = None
     _slot_real: np.ndarray | None = None
     _slot_flat: np.ndarray | None = None
-    _slot_row: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         k = int(self.positions.shape[0])
@@ -64,32 +64,32 @@ class BlockState:
         if self._slot_real is None:  # positions never change: their NumPy forms once
             self._slot_real = (self.positions >= 0).numpy()
             self._slot_flat = self.positions.clamp(min=0).numpy()
-            self._slot_row = self.positions[:, 0].numpy() // self.ids.shape[1]
         return self._slot_real & self.masked.numpy().reshape(-1)[self._slot_flat]
 
     def active(self) -> ActiveSlots | None:
         """The slots with masked tokens (None when there are none) and how each is decoded.
 
-        Finished slots (and slots of rows not ``selectable``) drop out; the plan is rebuilt only
-        when the set of active slots changes.
+        The plan covers every row's slots (a policy deciding only ``selectable`` rows ignores
+        the others' results), so the samplers of a mixed batch share it. It is rebuilt only when
+        at most a quarter of its slots are still live: finished slots are one-hot rows, cheap
+        to carry, and a rebuild costs more than a few steps of them.
         """
         live = self.slot_masked().any(-1)
-        if self.selectable is not None:  # only the slots of rows this policy decides
-            live &= self.selectable.numpy()[self._slot_row]
-        key = tuple(np.flatnonzero(live).tolist())
-        if not key:
+        if not live.any():
             return None
-        # keep the current plan while it covers the live slots and at most half of it is
-        # finished (finished slots are all one-hot rows: harmless, and rebuilding costs more)
-        if self._pack is not None and set(key) <= set(self._pack_key):
-            if 2 * len(key) > len(self._pack_key):
+        if self._pack is not None:
+            still = live[self._pack_slots]
+            if still.sum() == live.sum() and 4 * still.sum() > len(still):
                 return self._pack
-        index = torch.tensor(key, dtype=torch.long)
+        start = time.perf_counter()
+        key = np.flatnonzero(live)
+        index = torch.from_numpy(key)
         positions = self.positions[index]
         width = int((positions >= 0).sum(-1).max())
-        automata = [self.slot_automata[i] for i in key]
-        self._pack_key = key
+        automata = [self.slot_automata[i] for i in key.tolist()]
+        self._pack_slots = key
         self._pack = ActiveSlots.build(index, positions[:, :width], automata)
+        self.plan_seconds += time.perf_counter() - start
         return self._pack
 
     def slot_logp(self, logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -165,12 +165,12 @@ class ConstrainedThresholdSampler:
     def step(
         self, state: BlockState, logits: torch.Tensor, force: torch.Tensor | None = None
     ) -> StepReport:
-        start = time.perf_counter()
+        start, planned = time.perf_counter(), state.plan_seconds
         b, length = state.ids.shape
         active = state.active()  # which slots, each with its filling list or automaton
         if active is None:
             return StepReport(torch.zeros(b, dtype=torch.long), time.perf_counter() - start)
-        constraint = time.perf_counter() - start
+        constraint = state.plan_seconds - planned
         logp = state.slot_logp(logits, active.positions)
         begin = time.perf_counter()
         tokens, conf = active.decode(logp)
