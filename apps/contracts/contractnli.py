@@ -1,0 +1,144 @@
+"""ContractNLI as batch-scoring groups: real agreements, judgments we did not write.
+
+ContractNLI (Yuta Koreeda and Christopher D. Manning, "ContractNLI: A Dataset for Document-level
+Natural Language Inference for Contracts", Findings of EMNLP 2021; CC BY 4.0) judges real
+non-disclosure agreements against 17 fixed hypotheses as Entailment, Contradiction or
+NotMentioned. Each agreement becomes groups of at most 8 questions (the joint block's limit),
+each question a hypothesis with a ``choice`` among "entailed", "contradicted" and "not
+mentioned"; the gold is the dataset's label. Documents are written once, as files beside the
+CSV, and referenced with ``@docs/NAME.txt``.
+
+    python -m apps.contracts.contractnli ../shared/data/contract-nli/dev.json --out nli/dev.csv
+    decision score nli/dev.csv --out nli/predictions.csv --mode both
+
+The shipped model was trained only on generated contracts (apps.contracts.generator), so this
+measures how far that carries to real legal text; see docs/contracts.md for the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from apps.contracts.csv_format import HEADER, MAX_QUESTIONS, schema_to_cells
+from decision.errors import DecisionInputError
+
+LABELS = {
+    "Entailment": "entailed", "Contradiction": "contradicted", "NotMentioned": "not mentioned",
+}
+OPTIONS = ["entailed", "contradicted", "not mentioned"]
+ANSWER: dict[str, Any] = {"type": "choice", "options": OPTIONS}
+
+
+@dataclass(frozen=True)
+class NliQuestion:
+    id: str  # the hypothesis key, e.g. "nda-11"
+    text: str
+    gold: str
+
+
+@dataclass(frozen=True)
+class NliGroup:
+    group_id: str
+    document_id: str
+    document: str
+    questions: list[NliQuestion]
+
+
+def question_text(hypothesis: str) -> str:
+    """The question asked for one hypothesis."""
+    return f"Is this entailed by the agreement, contradicted, or not mentioned: {hypothesis}"
+
+
+def _chunks(items: list[Any], limit: int) -> list[list[Any]]:
+    """``items`` in consecutive groups of at most ``limit``, sizes as equal as possible."""
+    if not items:
+        return []
+    count = math.ceil(len(items) / limit)
+    size, extra = divmod(len(items), count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def load_groups(path: str | Path, per_group: int = MAX_QUESTIONS) -> list[NliGroup]:
+    """Read ContractNLI's JSON (``documents``, ``labels``) into groups of at most ``per_group``
+    hypotheses per agreement, in the file's order (hypotheses sorted by their number)."""
+    if not 1 <= per_group <= MAX_QUESTIONS:
+        raise DecisionInputError(f"per_group must be 1..{MAX_QUESTIONS}", "per_group")
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        labels = data["labels"]
+        documents = data["documents"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DecisionInputError(f"{path}: not a ContractNLI JSON file ({exc})", "input") from exc
+    order = sorted(labels, key=lambda key: int(re.sub(r"\D", "", key) or 0))
+    groups: list[NliGroup] = []
+    for doc in documents:
+        annotations = doc["annotation_sets"][0]["annotations"]
+        questions = [
+            NliQuestion(key, question_text(labels[key]["hypothesis"]),
+                        LABELS[annotations[key]["choice"]])
+            for key in order
+            if key in annotations
+        ]
+        for i, chunk in enumerate(_chunks(questions, per_group)):
+            groups.append(NliGroup(f"{doc['id']}-{i + 1}", str(doc["id"]), doc["text"], chunk))
+    return groups
+
+
+def write_csv(groups: list[NliGroup], out: str | Path) -> tuple[int, int]:
+    """Write the CSV and one ``docs/ID.txt`` per agreement beside it; returns (rows, documents)."""
+    out = Path(out)
+    docs = out.parent / "docs"
+    docs.mkdir(parents=True, exist_ok=True)
+    written: set[str] = set()
+    rows = 0
+    answer_type, options = schema_to_cells(ANSWER)
+    with out.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(HEADER)
+        for group in groups:
+            name = f"{group.document_id}.txt"
+            if group.document_id not in written:
+                (docs / name).write_text(group.document, encoding="utf-8")
+                written.add(group.document_id)
+            for q in group.questions:
+                writer.writerow([group.group_id, f"@docs/{name}", q.id, q.text, answer_type,
+                                 options, q.gold])
+                rows += 1
+    return rows, len(written)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="ContractNLI JSON to a batch-scoring CSV.")
+    parser.add_argument("input",
+                        help="ContractNLI JSON (e.g. ../shared/data/contract-nli/dev.json)")
+    parser.add_argument("--out", required=True,
+                        help="CSV to write (documents go to docs/ beside it)")
+    parser.add_argument("--per-group", type=int, default=MAX_QUESTIONS,
+                        help=f"hypotheses per group, 1..{MAX_QUESTIONS} (default {MAX_QUESTIONS})")
+    args = parser.parse_args(argv)
+    try:
+        groups = load_groups(args.input, args.per_group)
+        rows, documents = write_csv(groups, args.out)
+    except DecisionInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {rows} questions in {len(groups)} groups over {documents} agreements to "
+          f"{args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

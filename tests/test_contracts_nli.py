@@ -1,0 +1,89 @@
+"""ContractNLI to batch-scoring groups: labels, grouping, files, and the real dev set."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from apps.contracts.contractnli import _chunks, load_groups, main, question_text, write_csv
+from apps.contracts.csv_format import read_groups
+from apps.xiangqi.dataset import data_dir
+from decision.errors import DecisionInputError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEV = data_dir(REPO_ROOT) / "contract-nli" / "dev.json"
+
+
+def _fixture(tmp_path: Path) -> Path:
+    labels = {f"nda-{i}": {"short_description": f"h{i}", "hypothesis": f"Hypothesis {i}."}
+              for i in (1, 2, 10)}
+    choice = lambda c: {"choice": c, "spans": []}  # noqa: E731
+    documents = [
+        {"id": 7, "text": "First agreement.", "annotation_sets": [{"annotations": {
+            "nda-10": choice("NotMentioned"), "nda-2": choice("Contradiction"),
+            "nda-1": choice("Entailment")}}]},
+        {"id": 9, "text": "@Second agreement.", "annotation_sets": [{"annotations": {
+            "nda-2": choice("Entailment")}}]},
+    ]
+    path = tmp_path / "nli.json"
+    path.write_text(json.dumps({"documents": documents, "labels": labels}))
+    return path
+
+
+def test_chunks_are_balanced_and_bounded() -> None:
+    assert [len(c) for c in _chunks(list(range(17)), 8)] == [6, 6, 5]
+    assert [len(c) for c in _chunks(list(range(8)), 8)] == [8]
+    assert _chunks([], 8) == []
+    assert sum(_chunks(list(range(9)), 4), []) == list(range(9))
+
+
+def test_groups_carry_labels_in_hypothesis_order(tmp_path: Path) -> None:
+    groups = load_groups(_fixture(tmp_path), per_group=2)
+    assert [g.group_id for g in groups] == ["7-1", "7-2", "9-1"]
+    first = groups[0].questions + groups[1].questions
+    assert [q.id for q in first] == ["nda-1", "nda-2", "nda-10"]  # numeric, not string, order
+    assert [q.gold for q in first] == ["entailed", "contradicted", "not mentioned"]
+    assert first[0].text == question_text("Hypothesis 1.")
+    assert groups[2].questions[0].gold == "entailed"
+
+
+def test_csv_round_trips_through_the_scoring_reader(tmp_path: Path) -> None:
+    out = tmp_path / "out" / "nli.csv"
+    rows, documents = write_csv(load_groups(_fixture(tmp_path)), out)
+    assert (rows, documents) == (4, 2)
+    read = read_groups(out)
+    assert [g.group_id for g in read] == ["7-1", "9-1"]
+    assert read[0].document == "First agreement."
+    assert read[1].document == "@Second agreement."  # a document file may start with "@"
+    assert read[0].questions[1].answer == {
+        "type": "choice", "options": ["entailed", "contradicted", "not mentioned"]}
+    assert [q.gold for q in read[0].questions] == ["entailed", "contradicted", "not mentioned"]
+
+
+def test_bad_input_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(DecisionInputError, match="not a ContractNLI JSON file"):
+        load_groups(bad)
+    with pytest.raises(DecisionInputError):
+        load_groups(_fixture(tmp_path), per_group=9)
+    assert main([str(bad), "--out", str(tmp_path / "x.csv")]) == 2
+    assert "not a ContractNLI JSON file" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not DEV.is_file(), reason=f"{DEV} not found (clone shared/ beside the repo)")
+def test_real_dev_set_converts_completely() -> None:
+    data = json.loads(DEV.read_text())
+    groups = load_groups(DEV)
+    assert len({g.document_id for g in groups}) == len(data["documents"]) == 61
+    questions = [q for g in groups for q in g.questions]
+    assert len(questions) == 1037
+    assert all(1 <= len(g.questions) <= 8 for g in groups)
+    expected = Counter(a["choice"] for d in data["documents"]
+                       for a in d["annotation_sets"][0]["annotations"].values())
+    got = Counter(q.gold for q in questions)
+    assert got == {"entailed": expected["Entailment"], "contradicted": expected["Contradiction"],
+                   "not mentioned": expected["NotMentioned"]}
