@@ -227,3 +227,30 @@ def test_shipped_model_loads_and_plays_legal_moves(games: list[GameRecord]) -> N
         for ply in (0, len(game.moves) // 3, len(game.moves) - 1):
             board = board_at(game, ply)
             assert player.choose(board) in board.legal_moves
+
+
+def test_init_from_trains_on_from_a_saved_player(tiny: Any, tmp_path: Path) -> None:
+    """--init-from: a fresh run starts from a model directory's weights and tokenizer."""
+    from apps.xiangqi.train_player import main
+    from decision.model import load_model
+
+    start = tmp_path / "start"
+    tiny.save(start)
+    config = tmp_path / "player.json"
+    config.write_text(json.dumps({
+        "train": {"model": TINY_FIELDS,
+                  "optim": {"lr": 0.01, "warmup_steps": 1, "batch_size": 2},
+                  "run": {"out_dir": str(tmp_path / "run"), "max_steps": 2, "eval_every": 1000,
+                          "threads": 1, "log_every": 1}},
+        "xiangqi": {"train_games": str(VALID), "valid_games": str(VALID),
+                    "train_positions": 8, "val_positions": 2},
+    }))
+    export = tmp_path / "export"
+    assert main(["--config", str(config), "--init-from", str(start),
+                 "--export", str(export)]) == 0
+    trained = load_model(export, dtype=torch.float32)
+    assert trained.tokenizer.to_str() == tiny.tokenizer.to_str()  # not a new tokenizer
+    before = dict(tiny.named_parameters())
+    moved = [n for n, p in trained.named_parameters()
+             if not torch.allclose(p, before[n].to(torch.bfloat16).float())]
+    assert moved  # the two steps changed the weights it started from

@@ -122,8 +122,14 @@ def top1(model: Any, examples: list[MoveExample]) -> float:
 
 
 def train(config: str | Path, resume: bool = False, max_minutes: float | None = None,
-          max_steps: int | None = None, out_dir: str | None = None) -> Path:
-    """Train (or continue) the run; returns its checkpoint directory."""
+          max_steps: int | None = None, out_dir: str | None = None,
+          init_from: str | Path | None = None) -> Path:
+    """Train (or continue) the run; returns its checkpoint directory.
+
+    ``init_from`` starts a fresh run (new optimiser and schedule) from a model directory's
+    weights and tokenizer, e.g. the shipped ``models/xiangqi``; ``resume`` takes precedence
+    when the run directory has a checkpoint.
+    """
     from decision.model import load_model
 
     cfg, xq = load_player_config(config)
@@ -144,9 +150,16 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         state = load_trainer_state(ckpt)
     else:
         out.mkdir(parents=True, exist_ok=True)
-        tokenizer = build_tokenizer(games, cfg, xq)
+        if init_from is not None:
+            model = load_model(init_from, dtype=torch.float32)
+            if model.tokenizer is None:
+                raise CheckpointError(f"{init_from} has no tokenizer.json to train with")
+            tokenizer = model.tokenizer
+            log(f"initialised from the weights of {init_from}")
+        else:
+            tokenizer = build_tokenizer(games, cfg, xq)
+            model = build_model(cfg, tokenizer)
         tokenizer.save(str(out / "tokenizer.json"))
-        model = build_model(cfg, tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
     refs = sample_positions(games, xq.train_positions, xq.seed, xq.fragment_weight)
@@ -193,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-minutes", type=float, default=None)
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--out-dir", default=None)
+    parser.add_argument("--init-from", default=None, metavar="MODEL_DIR",
+                        help="start a fresh run from this model's weights and tokenizer "
+                             "(e.g. models/xiangqi)")
     parser.add_argument("--export", default=None, help="write the bf16 model here afterwards")
     parser.add_argument("--export-only", action="store_true", help="export without training")
     args = parser.parse_args(argv)
@@ -201,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             cfg, _ = load_player_config(args.config)
             ckpt = Path(args.out_dir or cfg.run.out_dir) / CHECKPOINT_DIR
         else:
-            ckpt = train(args.config, args.resume, args.max_minutes, args.max_steps, args.out_dir)
+            ckpt = train(args.config, args.resume, args.max_minutes, args.max_steps, args.out_dir,
+                         args.init_from)
         if args.export:
             export(ckpt, args.export)
             log(f"exported bf16 model to {args.export}")
