@@ -219,3 +219,15 @@ def generate_text(seed: int) -> str:
     from apps.contracts.generator import generate_group
 
     return generate_group(seed, 1).document
+
+
+def test_progress_line_of_a_validation_record() -> None:
+    from decision.train.loop import format_eval
+
+    contracts = {"step": 200, "joint": 0.5, "standalone": 0.25, "majority": 0.4,
+                 "per_type": {"renews": {"joint": 0.75, "majority": 0.5}}}
+    assert format_eval(contracts) == (
+        "eval step 200: joint 0.500 standalone 0.250 majority 0.400 | joint/majority: "
+        "renews=0.75/0.50")
+    assert format_eval({"step": 500, "top1": 0.0625, "n": 32, "eval_s": 1.3}) == (
+        "eval step 500: top1 0.062 n 32 eval_s 1.300")

@@ -77,10 +77,13 @@ class LoopResult:
 
 def format_eval(record: dict[str, Any]) -> str:
     """One progress line of a validation record (the full record goes to evals.jsonl)."""
+    known = ("joint", "standalone", "majority", "groups_correct_joint")
+    keys = [k for k in known if isinstance(record.get(k), float)] or [
+        k for k, v in record.items() if k != "step" and isinstance(v, int | float)
+    ]  # another task's record (e.g. the Xiangqi player's top1): its numbers as they are
     head = " ".join(
-        f"{k} {record[k]:.3f}"
-        for k in ("joint", "standalone", "majority", "groups_correct_joint")
-        if isinstance(record.get(k), float)
+        f"{k} {record[k]:.3f}" if isinstance(record[k], float) else f"{k} {record[k]}"
+        for k in keys
     )
     types = record.get("per_type", {})
     detail = " ".join(
