@@ -166,3 +166,18 @@ def test_too_many_fillings_left_to_the_programmes() -> None:
     expected, _ = viterbi(packed, weights)
     assert tokens.tolist() == expected.tolist()
     assert torch.allclose(conf, token_marginals(packed, weights, expected), atol=1e-5)
+
+
+def test_identity_cache_is_bounded_in_bytes_and_keyed_by_identity() -> None:
+    from decision.joint.completions import IdentityCache
+
+    cache = IdentityCache(max_bytes=100)
+    a, b, c = object(), object(), object()
+    cache.put((a,), 1, "a1", 40)
+    cache.put((b,), 1, "b1", 40)
+    assert cache.get((a,), 1) == "a1" and cache.get((a,), 2) is None  # extra is part of the key
+    cache.put((c,), 1, "c1", 40)  # over budget: evicts the least recently used, b
+    assert cache.get((b,), 1) is None and cache.get((a,), 1) == "a1" and cache.get((c,), 1) == "c1"
+    cache.put((a,), 1, "a2", 40)  # replacing an entry does not count it twice
+    assert cache.get((a,), 1) == "a2" and cache.get((c,), 1) == "c1"
+    assert cache.get((object(),), 1) is None

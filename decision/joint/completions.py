@@ -26,16 +26,49 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from decision.schemas.compile import TokenAutomaton
 
 MAX_CELLS = 32_768  # fillings x width per slot; beyond it the dynamic programmes decode it
-_CACHE_SIZE = 1024
 
-_cache: OrderedDict[tuple[int, int], tuple[TokenAutomaton, np.ndarray | None]] = OrderedDict()
-_lock = threading.Lock()
+
+class IdentityCache:
+    """A thread-safe LRU cache keyed by the identity of objects (held, so that their ids are
+    not reused) and bounded in bytes: lists of up to ``MAX_CELLS`` tokens are a quarter of a
+    megabyte each, so a count bound alone could hold gigabytes in a long-running service."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[Any, tuple[tuple[Any, ...], Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, objects: tuple[Any, ...], extra: Any = None) -> Any:
+        """The value stored for these objects (and ``extra``), or None."""
+        key = (tuple(id(o) for o in objects), extra)
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None or not all(a is b for a, b in zip(hit[0], objects, strict=True)):
+                return None
+            self._items.move_to_end(key)
+            return hit[1]
+
+    def put(self, objects: tuple[Any, ...], extra: Any, value: Any, nbytes: int) -> None:
+        key = (tuple(id(o) for o in objects), extra)
+        with self._lock:
+            old = self._items.pop(key, None)
+            self._bytes -= old[2] if old is not None else 0
+            self._items[key] = (objects, value, nbytes)
+            self._bytes += nbytes
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, (_, _, size) = self._items.popitem(last=False)
+                self._bytes -= size
+
+
+_cache = IdentityCache(max_bytes=64 << 20)
 
 
 def _suffix_counts(automaton: TokenAutomaton, length: int, cap: int) -> np.ndarray:
@@ -78,17 +111,11 @@ def _enumerate(automaton: TokenAutomaton, length: int, limit: int) -> np.ndarray
 def fillings(automaton: TokenAutomaton, length: int) -> np.ndarray | None:
     """The automaton's accepted sequences of ``length`` tokens (cached), or None when they
     would take more than ``MAX_CELLS`` tokens."""
-    key = (id(automaton), length)
-    with _lock:
-        hit = _cache.get(key)
-        if hit is not None and hit[0] is automaton:
-            _cache.move_to_end(key)
-            return hit[1]
+    hit = _cache.get((automaton,), length)
+    if hit is not None:
+        return hit[0]
     table = _enumerate(automaton, length, MAX_CELLS // max(length, 1))
-    with _lock:
-        _cache[key] = (automaton, table)  # the reference keeps id(automaton) from being reused
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
+    _cache.put((automaton,), length, (table,), 64 + (table.nbytes if table is not None else 0))
     return table
 
 

@@ -8,48 +8,38 @@ changes the time a step takes, not its answer (up to ties and float rounding).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from decision.joint.completions import FillingTable, fillings
+from decision.joint.completions import FillingTable, IdentityCache, fillings
 from decision.joint.dp import PackedAutomata, token_marginals, viterbi
 from decision.schemas.compile import TokenAutomaton
 
 _Split = tuple[torch.Tensor, FillingTable | None, torch.Tensor, PackedAutomata | None]
-_PLAN_CACHE_SIZE = 256
-_plans: OrderedDict[tuple[tuple[int, ...], int], tuple[tuple[TokenAutomaton, ...], _Split]] = (
-    OrderedDict()
-)
-_lock = threading.Lock()
+_plans = IdentityCache(max_bytes=64 << 20)
 
 
 def _split(automata: tuple[TokenAutomaton, ...], width: int) -> _Split:
     """Which slots are listed and which searched, with their table and packing (cached: the
     same questions give the same automata objects, so repeated requests skip the build)."""
-    key = (tuple(id(a) for a in automata), width)
-    with _lock:
-        hit = _plans.get(key)
-        if hit is not None and all(x is y for x, y in zip(hit[0], automata, strict=True)):
-            _plans.move_to_end(key)
-            return hit[1]
+    hit = _plans.get(automata, width)
+    if hit is not None:
+        return hit
     lists = [fillings(a, width) for a in automata]
     listed = [k for k, table in enumerate(lists) if table is not None]
     searched = [k for k, table in enumerate(lists) if table is None]
+    table = FillingTable.build([lists[k] for k in listed]) if listed else None
     split = (
         torch.tensor(listed, dtype=torch.long),
-        FillingTable.build([lists[k] for k in listed]) if listed else None,
+        table,
         torch.tensor(searched, dtype=torch.long),
         PackedAutomata.pack([automata[k] for k in searched]) if searched else None,
     )
-    with _lock:
-        _plans[key] = (automata, split)  # the references keep the ids from being reused
-        while len(_plans) > _PLAN_CACHE_SIZE:
-            _plans.popitem(last=False)
+    # the table's arrays, and its gather index (added at the first decode), dominate
+    _plans.put(automata, width, split, 256 + (3 * table.tokens.nbytes if table else 0))
     return split
 
 
