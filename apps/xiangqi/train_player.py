@@ -38,7 +38,7 @@ from apps.xiangqi.training import (
     sample_positions,
     tokenizer_corpus,
 )
-from decision.errors import CheckpointError, DecisionError, DecisionInputError
+from decision.errors import DecisionError, DecisionInputError
 from decision.tokenizer import special_ids, train_tokenizer
 from decision.train.config import TrainConfig, config_from_dict
 from decision.train.loop import (
@@ -48,7 +48,7 @@ from decision.train.loop import (
     load_trainer_state,
     train_loop,
 )
-from decision.train.recipe import build_model
+from decision.train.recipe import build_model, load_trainable
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 MODEL_FILES = ("config.json", "tokenizer.json")
@@ -130,7 +130,6 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     weights and tokenizer, e.g. the shipped ``models/xiangqi``; ``resume`` takes precedence
     when the run directory has a checkpoint.
     """
-    from decision.model import load_model
 
     cfg, xq = load_player_config(config)
     if out_dir:
@@ -144,16 +143,12 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     log(f"games: {len(games)} train, {len(valid)} valid in {time.monotonic() - t0:.1f} s")
     state = None
     if resume and (ckpt / STATE_FILE).is_file():
-        model = load_model(ckpt, dtype=torch.float32)
-        if model.tokenizer is None:
-            raise CheckpointError(f"{ckpt} has no tokenizer.json to resume with")
+        model = load_trainable(ckpt, "resume with")
         state = load_trainer_state(ckpt)
     else:
         out.mkdir(parents=True, exist_ok=True)
         if init_from is not None:
-            model = load_model(init_from, dtype=torch.float32)
-            if model.tokenizer is None:
-                raise CheckpointError(f"{init_from} has no tokenizer.json to train with")
+            model = load_trainable(init_from, "train with")
             tokenizer = model.tokenizer
             log(f"initialised from the weights of {init_from}")
         else:

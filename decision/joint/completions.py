@@ -122,7 +122,7 @@ def fillings(automaton: TokenAutomaton, length: int) -> np.ndarray | None:
 @dataclass(frozen=True)
 class FillingTable:
     """The fillings of K slots, concatenated: slot k owns rows ``starts[k]:starts[k + 1]`` of
-    ``tokens`` (a slot without fillings owns one row with ``padding`` -inf). NumPy, ragged:
+    ``tokens`` (a slot without fillings owns one stand-in row with ``padding`` -inf). NumPy, ragged:
     a step is about fifteen operations on arrays of J x L entries in all, where padding every
     slot to the longest list, or torch's per-operation overhead, would dominate."""
 
@@ -131,7 +131,7 @@ class FillingTable:
     starts: np.ndarray  # [K] first row of each slot
     sizes: np.ndarray  # [K] rows of each slot
     owner: np.ndarray  # [J] slot of each row
-    padding: np.ndarray  # [J] 0 for a filling, -inf for a placeholder row
+    padding: np.ndarray  # [J] 0 for a filling, -inf for an empty slot's stand-in row
     _flat: dict[int, np.ndarray] = field(default_factory=dict)  # vocab size -> [L, J]
 
     @staticmethod

@@ -71,6 +71,17 @@ def count_parameters(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def load_trainable(path: str | Path, purpose: str) -> Any:
+    """A model directory's weights in float32, with its tokenizer, to train on (``purpose``:
+    "resume with" or "train with", for the error when the tokenizer is missing)."""
+    from decision.model import load_model
+
+    model = load_model(path, dtype=torch.float32)
+    if model.tokenizer is None:
+        raise CheckpointError(f"{path} has no tokenizer.json to {purpose}")
+    return model
+
+
 def train(
     cfg: TrainConfig,
     resume: bool = False,
@@ -85,16 +96,13 @@ def train(
     sessions when the run directory (git-ignored) is gone. ``resume`` takes precedence when the
     run directory has a checkpoint.
     """
-    from decision.model import load_model
 
     torch.set_num_threads(cfg.run.threads)
     out = Path(cfg.run.out_dir)
     ckpt = out / CHECKPOINT_DIR
     state = None
     if resume and (ckpt / STATE_FILE).is_file():
-        model = load_model(ckpt, dtype=torch.float32)
-        if model.tokenizer is None:
-            raise CheckpointError(f"{ckpt} has no tokenizer.json to resume with")
+        model = load_trainable(ckpt, "resume with")
         tokenizer = model.tokenizer
         state = load_trainer_state(ckpt)
     else:
@@ -102,9 +110,7 @@ def train(
             log(f"no checkpoint in {ckpt}: starting a fresh run")
         out.mkdir(parents=True, exist_ok=True)
         if init_from is not None:
-            model = load_model(init_from, dtype=torch.float32)
-            if model.tokenizer is None:
-                raise CheckpointError(f"{init_from} has no tokenizer.json to train with")
+            model = load_trainable(init_from, "train with")
             tokenizer = model.tokenizer
             log(f"initialised from the weights of {init_from}")
         else:
