@@ -18,7 +18,7 @@ from decision.joint.completions import FillingTable, IdentityCache, fillings
 from decision.joint.dp import PackedAutomata, token_marginals, viterbi
 from decision.schemas.compile import TokenAutomaton
 
-_Split = tuple[torch.Tensor, FillingTable | None, torch.Tensor, PackedAutomata | None]
+_Split = tuple[np.ndarray, FillingTable | None, np.ndarray, PackedAutomata | None]
 _plans = IdentityCache(max_bytes=64 << 20)
 
 
@@ -33,9 +33,9 @@ def _split(automata: tuple[TokenAutomaton, ...], width: int) -> _Split:
     searched = [k for k, table in enumerate(lists) if table is None]
     table = FillingTable.build([lists[k] for k in listed]) if listed else None
     split = (
-        torch.tensor(listed, dtype=torch.long),
+        np.array(listed, dtype=np.int64),
         table,
-        torch.tensor(searched, dtype=torch.long),
+        np.array(searched, dtype=np.int64),
         PackedAutomata.pack([automata[k] for k in searched]) if searched else None,
     )
     # the table's arrays, and its gather index (added at the first decode), dominate
@@ -50,14 +50,13 @@ class ActiveSlots:
 
     index: torch.Tensor
     positions: torch.Tensor
-    listed: torch.Tensor  # [Kl] rows of ``positions`` decoded from filling lists
+    listed: np.ndarray  # [Kl] rows of ``positions`` decoded from filling lists
     table: FillingTable | None
-    searched: torch.Tensor  # [Kd] rows decoded by the dynamic programmes
+    searched: np.ndarray  # [Kd] rows decoded by the dynamic programmes
     packed: PackedAutomata | None
     real: np.ndarray  # [Ka, La] bool: positions inside the slot's budget
     clamped: np.ndarray  # [Ka, La] flat block index of each position (0 for virtual ones)
     flat: np.ndarray  # flat block indices of the real positions, row-major
-
 
     @staticmethod
     def build(
@@ -89,12 +88,11 @@ class ActiveSlots:
             confidence = np.zeros(self.positions.shape, dtype=np.float32)
             score = np.zeros(len(tokens), dtype=np.float32)
             if self.table is not None:
-                part = logp.numpy()[self.listed.numpy()]
-                rows = self.listed.numpy()
-                tokens[rows], score[rows], confidence[rows] = self.table.decode(part)
+                rows = self.listed
+                tokens[rows], score[rows], confidence[rows] = self.table.decode(logp.numpy()[rows])
             assert self.packed is not None
-            rows = self.searched.numpy()
-            weights = self.packed.edge_weights(logp[self.searched])
+            rows = self.searched
+            weights = self.packed.edge_weights(logp[torch.from_numpy(rows)])
             best, found = viterbi(self.packed, weights)
             tokens[rows], score[rows] = best.numpy(), found.numpy()
             confidence[rows] = token_marginals(self.packed, weights, best).numpy()
