@@ -54,21 +54,27 @@ class GatedAttention(nn.Module):
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), gate.reshape(b, n, -1)
 
     def _attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
         gate: torch.Tensor,
     ) -> torch.Tensor:
-        """Softmax attention with a bool mask ``allowed`` [B, L, S], then gate and o_proj."""
+        """Softmax attention with a bool mask ``allowed`` [B, L, S] (None: plain causal, L == S),
+        then gate and o_proj."""
         rep = self.hq // self.hkv
         if rep > 1:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        # queries in chunks: the [L, S] score matrix of a long prefill stays bounded in memory
-        o = torch.cat([
-            F.scaled_dot_product_attention(
-                q[:, :, s : s + QUERY_CHUNK], k, v, attn_mask=allowed[:, None, s : s + QUERY_CHUNK],
-                scale=self.d**-0.5,
-            )
-            for s in range(0, max(q.shape[2], 1), QUERY_CHUNK)
-        ], dim=2)
+        if allowed is None:
+            # no mask tensor: the fused kernels skip the masked-out upper triangle (about half
+            # the work of a prefill) and keep memory bounded without query chunks
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.d**-0.5)
+        else:
+            # queries in chunks: the [L, S] score matrix of a long prefill stays bounded in memory
+            o = torch.cat([
+                F.scaled_dot_product_attention(
+                    q[:, :, s : s + QUERY_CHUNK], k, v,
+                    attn_mask=allowed[:, None, s : s + QUERY_CHUNK], scale=self.d**-0.5,
+                )
+                for s in range(0, max(q.shape[2], 1), QUERY_CHUNK)
+            ], dim=2)
         b, _, n, _ = o.shape
         o = o.transpose(1, 2).reshape(b, n, self.hq * self.d)
         return self.o_proj(o * torch.sigmoid(gate))
@@ -86,12 +92,18 @@ class GatedAttention(nn.Module):
         n = x.shape[1]
         positions = lengths[:, None] + torch.arange(n, device=x.device)[None, :]
         q, k, v, gate = self._project(x, positions)
+        t_cache = cache.key.shape[2]
+        if t_cache == 0:
+            # A first pass (the usual prefill): right padding only follows a row's valid tokens,
+            # so the plain causal mask gives every valid query exactly its allowed keys (a padded
+            # query's output differs from the masked form but is never read).
+            out = self._attend(q, k, v, None, gate)
+            return out, self._compact(k, v, lengths, mask.sum(-1), t_cache)
         keys = torch.cat([cache.key, k], dim=2)
         values = torch.cat([cache.value, v], dim=2)
         j = torch.arange(n, device=x.device)
         causal = (j[None, :] <= j[:, None])[None] & mask[:, None, :]
         causal = causal | torch.eye(n, dtype=torch.bool, device=x.device)[None]  # no empty rows
-        t_cache = cache.key.shape[2]
         allowed = torch.cat([self._history_keys_allowed(lengths, t_cache, n), causal], dim=2)
         out = self._attend(q, keys, values, allowed, gate)
         return out, self._compact(keys, values, lengths, mask.sum(-1), t_cache)
