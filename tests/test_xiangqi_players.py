@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from apps.xiangqi import BLACK, RED, Board, Move, XiangqiError
+from apps.xiangqi.core import square_name
 from apps.xiangqi.players import (
     GreedyPlayer,
     RandomPlayer,
@@ -31,11 +34,52 @@ def test_document_of_the_start_position() -> None:
     doc = position_document(board)
     assert board_grid(board) == START_GRID and START_GRID in doc
     assert "Side to move: red. Move 1. Last move: none. In check: no." in doc
-    moves_line = doc.splitlines()[-1]
+    moves_line = doc.splitlines()[-4]
     assert moves_line.startswith("Legal moves (44): ")
     listed = moves_line.split(": ", 1)[1].split()
     assert listed == sorted(m.iccs() for m in board.legal_moves)
     assert position_document(Board()) == doc  # deterministic
+    # the cannons can take the horses behind their screens; nothing gives check; the black
+    # cannons likewise attack Red's horses
+    assert doc.splitlines()[-3:] == [
+        "Captures (2): b2b9xn h2h9xn", "Checks (0):", "Attacked (2): b0N h0N",
+    ]
+
+
+def _attacked_by_rules(board: Board, square: int) -> bool:
+    """Independent of Board.attacked_squares: would the opponent, moving now, have a legal-or-
+    self-checking capture on ``square``? (Flip the side in the FEN, list pseudo-legal moves.)"""
+    fields = board.fen().split()
+    fields[1] = "b" if fields[1] == "w" else "w"
+    flipped = Board(" ".join(fields), strict=False)
+    return any(flipped.is_pseudo_legal(Move(fr, square)) for fr in range(90) if fr != square)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 10_000), min_size=0, max_size=40))
+def test_tactics_lines_agree_with_the_rules(choices: list[int]) -> None:
+    board = Board()
+    for c in choices:  # a random playout
+        legal = list(board.legal_moves)
+        if not legal:
+            break
+        board.push(legal[c % len(legal)])
+    captures, checks, attacked = (line.split(": ", 1)[1].split() if ": " in line else []
+                                  for line in position_document(board).splitlines()[-3:])
+    expect_captures, expect_checks = [], []
+    for move in board.legal_moves:
+        victim = board.piece_at(move.to_square)
+        if victim is not None:
+            expect_captures.append(f"{move.iccs()}x{victim.symbol()}")
+        after = board.copy()
+        after.push(move)
+        if after.is_check():
+            expect_checks.append(move.iccs())
+    assert captures == sorted(expect_captures)
+    assert checks == sorted(expect_checks)
+    mine = [(sq, p) for sq, p in board.piece_map().items() if p.color == board.turn]
+    assert attacked == sorted(square_name(sq) + p.symbol() for sq, p in mine
+                              if _attacked_by_rules(board, sq))
 
 
 def test_document_tracks_side_last_move_and_check() -> None:

@@ -128,6 +128,16 @@ class Board:
         """Every occupied square mapped to its piece."""
         return {sq: Piece.from_code(c) for sq, c in enumerate(self._board) if c}
 
+    def attacked_squares(self, color: Color) -> set[int]:
+        """Squares that a piece of ``color`` could move to (capture on) by its movement rules,
+        whoever is to move, ignoring the safety of its own general (pseudo-legal attacks)."""
+        return {to for _, to in movegen.pseudo_moves(self._board, color)}
+
+    def is_attacked_by(self, color: Color, square: int | str) -> bool:
+        """True if a piece of ``color`` attacks ``square`` (see :meth:`attacked_squares`)."""
+        sq = parse_square(square) if isinstance(square, str) else square
+        return sq in self.attacked_squares(color)
+
     # ----------------------------------------------------------------- moves
 
     @property

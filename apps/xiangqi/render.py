@@ -11,8 +11,16 @@ trained on it sees one form per position:
     0 RNBAKABNR
     Side to move: red. Move 1. Last move: none. In check: no.
     Legal moves (44): a0a1 a0a2 ...
+    Captures (1): h2h9xn
+    Checks (0):
+    Attacked (1): h2C
 
 Rank 9 (Black's back rank) is printed first, as in FEN. Legal moves are ICCS sorted as strings.
+The last three lines restate, for the side to move, facts the rules engine already knows and a
+small model finds hard to read off the grid: the legal moves that capture (with the letter of the
+captured piece), the legal moves that give check, and its own pieces the opponent attacks now
+(square and letter; pseudo-legal attacks, Board.attacked_squares). They describe the position,
+not a preference: which move to play is still the model's answer.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps.xiangqi.board import Board
-from apps.xiangqi.core import COLOR_NAMES, FILE_NAMES, Piece
+from apps.xiangqi.core import COLOR_NAMES, FILE_NAMES, Piece, square_name
 from apps.xiangqi.errors import XiangqiError
 
 LEGEND = (
@@ -55,8 +63,35 @@ def position_document(board: Board) -> str:
         f"Last move: {last}. In check: {'yes' if board.is_check() else 'no'}."
     )
     return "\n".join(
-        [LEGEND, board_grid(board), status, f"Legal moves ({len(legal)}): {' '.join(legal)}"]
+        [LEGEND, board_grid(board), status, f"Legal moves ({len(legal)}): {' '.join(legal)}",
+         *tactics_lines(board)]
     )
+
+
+def _listing(title: str, items: list[str]) -> str:
+    return f"{title} ({len(items)}): {' '.join(items)}".rstrip()
+
+
+def tactics_lines(board: Board) -> list[str]:
+    """Captures (move + captured letter), checking moves, and the mover's attacked pieces."""
+    captures, checks = [], []
+    for move in board.legal_moves:
+        victim = board.piece_at(move.to_square)
+        if victim is not None:
+            captures.append(move.iccs() + "x" + victim.symbol())
+        if board.gives_check(move):
+            checks.append(move.iccs())
+    threatened = board.attacked_squares(not board.turn)
+    attacked = [
+        square_name(sq) + piece.symbol()
+        for sq, piece in sorted(board.piece_map().items())
+        if piece.color == board.turn and sq in threatened
+    ]
+    return [
+        _listing("Captures", sorted(captures)),
+        _listing("Checks", sorted(checks)),
+        _listing("Attacked", sorted(attacked)),
+    ]
 
 
 def move_question(board: Board) -> dict[str, Any]:
