@@ -11,16 +11,18 @@ trained on it sees one form per position:
     0 RNBAKABNR
     Side to move: red. Move 1. Last move: none. In check: no.
     Legal moves (44): a0a1 a0a2 ...
-    Captures (1): h2h9xn
+    Captures (2): b2b9xn h2h9xn
     Checks (0):
-    Attacked (1): h2C
+    Hanging (0):
 
 Rank 9 (Black's back rank) is printed first, as in FEN. Legal moves are ICCS sorted as strings.
 The last three lines restate, for the side to move, facts the rules engine already knows and a
 small model finds hard to read off the grid: the legal moves that capture (with the letter of the
-captured piece), the legal moves that give check, and its own pieces the opponent attacks now
-(square and letter; pseudo-legal attacks, Board.attacked_squares). They describe the position,
-not a preference: which move to play is still the model's answer.
+captured piece, and ``!`` when no enemy piece could take back on that square), the legal moves
+that give check, and its own pieces other than the general that an enemy piece attacks and none
+of its own defends (square and letter). Attacks are pseudo-legal (``Board.attackers``: the
+attacker's own general's safety is ignored). They describe the position, not a preference: which
+move to play is still the model's answer.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps.xiangqi.board import Board
-from apps.xiangqi.core import COLOR_NAMES, FILE_NAMES, Piece, square_name
+from apps.xiangqi.core import COLOR_NAMES, FILE_NAMES, GENERAL, Piece, square_name
 from apps.xiangqi.errors import XiangqiError
 
 LEGEND = (
@@ -73,24 +75,28 @@ def _listing(title: str, items: list[str]) -> str:
 
 
 def tactics_lines(board: Board) -> list[str]:
-    """Captures (move + captured letter), checking moves, and the mover's attacked pieces."""
+    """Captures, checking moves and hanging pieces of the side to move (module docstring)."""
+    us, them = board.turn, not board.turn
     captures, checks = [], []
     for move in board.legal_moves:
         victim = board.piece_at(move.to_square)
         if victim is not None:
-            captures.append(move.iccs() + "x" + victim.symbol())
+            board.push(move)
+            free = not board.attackers(them, move.to_square)
+            board.pop()
+            captures.append(move.iccs() + "x" + victim.symbol() + ("!" if free else ""))
         if board.gives_check(move):
             checks.append(move.iccs())
-    threatened = board.attacked_squares(not board.turn)
-    attacked = [
+    hanging = [
         square_name(sq) + piece.symbol()
         for sq, piece in sorted(board.piece_map().items())
-        if piece.color == board.turn and sq in threatened
+        if piece.color == us and piece.piece_type != GENERAL
+        and board.attackers(them, sq) and not board.attackers(us, sq)
     ]
     return [
         _listing("Captures", sorted(captures)),
         _listing("Checks", sorted(checks)),
-        _listing("Attacked", sorted(attacked)),
+        _listing("Hanging", hanging),
     ]
 
 
