@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from apps.xiangqi import BLACK, RED, Board, Move, XiangqiError
+from apps.xiangqi.core import square_name
 from apps.xiangqi.players import (
     GreedyPlayer,
     RandomPlayer,
@@ -31,11 +34,63 @@ def test_document_of_the_start_position() -> None:
     doc = position_document(board)
     assert board_grid(board) == START_GRID and START_GRID in doc
     assert "Side to move: red. Move 1. Last move: none. In check: no." in doc
-    moves_line = doc.splitlines()[-1]
+    moves_line = doc.splitlines()[-4]
     assert moves_line.startswith("Legal moves (44): ")
     listed = moves_line.split(": ", 1)[1].split()
     assert listed == sorted(m.iccs() for m in board.legal_moves)
     assert position_document(Board()) == doc  # deterministic
+    # the cannons can take the horses behind their screens; nothing gives check; the black
+    # cannons likewise attack Red's horses
+    assert doc.splitlines()[-3:] == [
+        "Captures (2): b2b9xn h2h9xn", "Checks (0):", "Hanging (0):",
+    ]
+    # the black cannon on b7 attacks the horse on b0 over the screen on b2; once the chariot
+    # has left a0 nothing defends b0, so the horse hangs (h0 stays guarded by the chariot on i0)
+    board = Board()
+    for m in ("a0a1", "a9a8"):
+        board.push_iccs(m)
+    assert position_document(board).splitlines()[-1] == "Hanging (1): b0N"
+    board = Board("4k4/9/9/9/4r4/9/9/4R4/9/3K5 w - - 0 1")  # the black chariot is undefended
+    assert position_document(board).splitlines()[-3] == "Captures (1): e2e5xr!"
+
+
+def _can_take(board: Board, by_red: bool, square: int) -> bool:
+    """Independent of Board.attackers: on a copy with an enemy soldier on ``square`` and
+    ``by_red``'s side to move, is any move of one of its pieces there pseudo-legal?"""
+    probe = board.copy()
+    probe._board[square] = -7 if by_red else 7  # an enemy soldier (codes: apps.xiangqi.core)
+    probe.turn = by_red
+    return any(probe.is_pseudo_legal(Move(fr, square)) for fr in range(90) if fr != square)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 10_000), min_size=0, max_size=40))
+def test_tactics_lines_agree_with_the_rules(choices: list[int]) -> None:
+    board = Board()
+    for c in choices:  # a random playout
+        legal = list(board.legal_moves)
+        if not legal:
+            break
+        board.push(legal[c % len(legal)])
+    captures, checks, hanging = (line.split(": ", 1)[1].split() if ": " in line else []
+                                  for line in position_document(board).splitlines()[-3:])
+    expect_captures, expect_checks = [], []
+    for move in board.legal_moves:
+        victim = board.piece_at(move.to_square)
+        after = board.copy()
+        after.push(move)
+        if victim is not None:
+            free = not _can_take(after, after.turn, move.to_square)
+            expect_captures.append(f"{move.iccs()}x{victim.symbol()}" + ("!" if free else ""))
+        if after.is_check():
+            expect_checks.append(move.iccs())
+    assert captures == sorted(expect_captures)
+    assert checks == sorted(expect_checks)
+    us = board.turn
+    mine = [(sq, p) for sq, p in sorted(board.piece_map().items())
+            if p.color == us and p.symbol().upper() != "K"]
+    assert hanging == [square_name(sq) + p.symbol() for sq, p in mine
+                       if _can_take(board, not us, sq) and not _can_take(board, us, sq)]
 
 
 def test_document_tracks_side_last_move_and_check() -> None:

@@ -9,6 +9,7 @@ from apps.xiangqi.core import (
     GENERAL,
     PIECE_NAMES,
     RED,
+    SOLDIER,
     SQUARE_NAMES,
     Color,
     Move,
@@ -127,6 +128,23 @@ class Board:
     def piece_map(self) -> dict[int, Piece]:
         """Every occupied square mapped to its piece."""
         return {sq: Piece.from_code(c) for sq, c in enumerate(self._board) if c}
+
+    def attackers(self, color: Color, square: int | str) -> list[int]:
+        """Squares of the ``color`` pieces that could capture on ``square`` by their movement
+        rules (pseudo-legal: the safety of their own general is ignored), whatever stands on
+        ``square`` now; as python-chess's ``Board.attackers``."""
+        sq = parse_square(square) if isinstance(square, str) else square
+        b = self._board
+        kept = b[sq]
+        b[sq] = -SOLDIER if color else SOLDIER  # any enemy piece: only occupancy matters
+        try:
+            return [fr for fr, to in movegen.pseudo_moves(b, color) if to == sq]
+        finally:
+            b[sq] = kept
+
+    def is_attacked_by(self, color: Color, square: int | str) -> bool:
+        """True if a piece of ``color`` attacks ``square`` (see :meth:`attackers`)."""
+        return bool(self.attackers(color, square))
 
     # ----------------------------------------------------------------- moves
 

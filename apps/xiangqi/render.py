@@ -11,8 +11,18 @@ trained on it sees one form per position:
     0 RNBAKABNR
     Side to move: red. Move 1. Last move: none. In check: no.
     Legal moves (44): a0a1 a0a2 ...
+    Captures (2): b2b9xn h2h9xn
+    Checks (0):
+    Hanging (0):
 
 Rank 9 (Black's back rank) is printed first, as in FEN. Legal moves are ICCS sorted as strings.
+The last three lines restate, for the side to move, facts the rules engine already knows and a
+small model finds hard to read off the grid: the legal moves that capture (with the letter of the
+captured piece, and ``!`` when no enemy piece could take back on that square), the legal moves
+that give check, and its own pieces other than the general that an enemy piece attacks and none
+of its own defends (square and letter). Attacks are pseudo-legal (``Board.attackers``: the
+attacker's own general's safety is ignored). They describe the position, not a preference: which
+move to play is still the model's answer.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps.xiangqi.board import Board
-from apps.xiangqi.core import COLOR_NAMES, FILE_NAMES, Piece
+from apps.xiangqi.core import COLOR_NAMES, FILE_NAMES, GENERAL, Piece, square_name
 from apps.xiangqi.errors import XiangqiError
 
 LEGEND = (
@@ -55,8 +65,39 @@ def position_document(board: Board) -> str:
         f"Last move: {last}. In check: {'yes' if board.is_check() else 'no'}."
     )
     return "\n".join(
-        [LEGEND, board_grid(board), status, f"Legal moves ({len(legal)}): {' '.join(legal)}"]
+        [LEGEND, board_grid(board), status, f"Legal moves ({len(legal)}): {' '.join(legal)}",
+         *tactics_lines(board)]
     )
+
+
+def _listing(title: str, items: list[str]) -> str:
+    return f"{title} ({len(items)}): {' '.join(items)}".rstrip()
+
+
+def tactics_lines(board: Board) -> list[str]:
+    """Captures, checking moves and hanging pieces of the side to move (module docstring)."""
+    us, them = board.turn, not board.turn
+    captures, checks = [], []
+    for move in board.legal_moves:
+        victim = board.piece_at(move.to_square)
+        if victim is not None:
+            board.push(move)
+            free = not board.attackers(them, move.to_square)
+            board.pop()
+            captures.append(move.iccs() + "x" + victim.symbol() + ("!" if free else ""))
+        if board.gives_check(move):
+            checks.append(move.iccs())
+    hanging = [
+        square_name(sq) + piece.symbol()
+        for sq, piece in sorted(board.piece_map().items())
+        if piece.color == us and piece.piece_type != GENERAL
+        and board.attackers(them, sq) and not board.attackers(us, sq)
+    ]
+    return [
+        _listing("Captures", sorted(captures)),
+        _listing("Checks", sorted(checks)),
+        _listing("Hanging", hanging),
+    ]
 
 
 def move_question(board: Board) -> dict[str, Any]:
