@@ -134,13 +134,9 @@ class Board:
         rules (pseudo-legal: the safety of their own general is ignored), whatever stands on
         ``square`` now; as python-chess's ``Board.attackers``."""
         sq = parse_square(square) if isinstance(square, str) else square
-        b = self._board
-        kept = b[sq]
+        b = self._board.copy()  # the board itself stays untouched (other readers may hold it)
         b[sq] = -SOLDIER if color else SOLDIER  # any enemy piece: only occupancy matters
-        try:
-            return [fr for fr, to in movegen.pseudo_moves(b, color) if to == sq]
-        finally:
-            b[sq] = kept
+        return [fr for fr, to in movegen.pseudo_moves(b, color) if to == sq]
 
     def is_attacked_by(self, color: Color, square: int | str) -> bool:
         """True if a piece of ``color`` attacks ``square`` (see :meth:`attackers`)."""

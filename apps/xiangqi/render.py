@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps.xiangqi.board import Board
-from apps.xiangqi.core import COLOR_NAMES, FILE_NAMES, GENERAL, Piece, square_name
+from apps.xiangqi.core import COLOR_NAMES, FILE_NAMES, GENERAL, Move, Piece, square_name
 from apps.xiangqi.errors import XiangqiError
 
 LEGEND = (
@@ -58,7 +58,8 @@ def board_grid(board: Board) -> str:
 
 def position_document(board: Board) -> str:
     """The position as the document the decision model reads (see the module docstring)."""
-    legal = sorted_legal_iccs(board)
+    moves = board.legal_moves
+    legal = sorted(m.iccs() for m in moves)
     last = board.peek().iccs() if board.move_stack else "none"
     status = (
         f"Side to move: {COLOR_NAMES[board.turn]}. Move {board.fullmove_number}. "
@@ -66,7 +67,7 @@ def position_document(board: Board) -> str:
     )
     return "\n".join(
         [LEGEND, board_grid(board), status, f"Legal moves ({len(legal)}): {' '.join(legal)}",
-         *tactics_lines(board)]
+         *tactics_lines(board, moves)]
     )
 
 
@@ -74,16 +75,17 @@ def _listing(title: str, items: list[str]) -> str:
     return f"{title} ({len(items)}): {' '.join(items)}".rstrip()
 
 
-def tactics_lines(board: Board) -> list[str]:
-    """Captures, checking moves and hanging pieces of the side to move (module docstring)."""
+def tactics_lines(board: Board, legal: list[Move] | None = None) -> list[str]:
+    """Captures, checking moves and hanging pieces of the side to move (module docstring);
+    ``legal``: its legal moves when the caller has them. ``board`` is not modified."""
     us, them = board.turn, not board.turn
     captures, checks = [], []
-    for move in board.legal_moves:
+    for move in board.legal_moves if legal is None else legal:
         victim = board.piece_at(move.to_square)
         if victim is not None:
-            board.push(move)
-            free = not board.attackers(them, move.to_square)
-            board.pop()
+            after = board.copy()
+            after.push(move)
+            free = not after.attackers(them, move.to_square)
             captures.append(move.iccs() + "x" + victim.symbol() + ("!" if free else ""))
         if board.gives_check(move):
             checks.append(move.iccs())
