@@ -138,6 +138,12 @@ class Board:
         b[sq] = -SOLDIER if color else SOLDIER  # any enemy piece: only occupancy matters
         return [fr for fr, to in movegen.pseudo_moves(b, color) if to == sq]
 
+    def attacked_squares(self, color: Color) -> set[int]:
+        """Every square a ``color`` piece could move to by its movement rules, captures of
+        enemy pieces included (pseudo-legal); squares of its own pieces are not in it (use
+        :meth:`attackers` for those)."""
+        return {to for _, to in movegen.pseudo_moves(self._board, color)}
+
     def is_attacked_by(self, color: Color, square: int | str) -> bool:
         """True if a piece of ``color`` attacks ``square`` (see :meth:`attackers`)."""
         return bool(self.attackers(color, square))

@@ -39,9 +39,10 @@ LEGEND = (
 )
 
 
-def sorted_legal_iccs(board: Board) -> list[str]:
-    """The legal moves of the side to move as ICCS strings, in sorted (stable) order."""
-    return sorted(m.iccs() for m in board.legal_moves)
+def sorted_legal_iccs(board: Board, moves: list[Move] | None = None) -> list[str]:
+    """The legal moves of the side to move (``moves`` when the caller has them) as ICCS
+    strings, in sorted (stable) order."""
+    return sorted(m.iccs() for m in (board.legal_moves if moves is None else moves))
 
 
 def board_grid(board: Board) -> str:
@@ -59,7 +60,7 @@ def board_grid(board: Board) -> str:
 def position_document(board: Board) -> str:
     """The position as the document the decision model reads (see the module docstring)."""
     moves = board.legal_moves
-    legal = sorted(m.iccs() for m in moves)
+    legal = sorted_legal_iccs(board, moves)
     last = board.peek().iccs() if board.move_stack else "none"
     status = (
         f"Side to move: {COLOR_NAMES[board.turn]}. Move {board.fullmove_number}. "
@@ -79,21 +80,25 @@ def tactics_lines(board: Board, legal: list[Move] | None = None) -> list[str]:
     """Captures, checking moves and hanging pieces of the side to move (module docstring);
     ``legal``: its legal moves when the caller has them. ``board`` is not modified."""
     us, them = board.turn, not board.turn
+    scratch = board.copy()  # captures are tried on it (push / pop), one copy per position
     captures, checks = [], []
     for move in board.legal_moves if legal is None else legal:
         victim = board.piece_at(move.to_square)
         if victim is not None:
-            after = board.copy()
-            after.push(move)
-            free = not after.attackers(them, move.to_square)
+            scratch.push(move)
+            free = not scratch.attackers(them, move.to_square)
+            scratch.pop()
             captures.append(move.iccs() + "x" + victim.symbol() + ("!" if free else ""))
         if board.gives_check(move):
             checks.append(move.iccs())
+    # our pieces already stand where the enemy could capture: one pass over its moves finds
+    # them; only those need the per-square test for a defender
+    threatened = board.attacked_squares(them)
     hanging = [
         square_name(sq) + piece.symbol()
         for sq, piece in sorted(board.piece_map().items())
         if piece.color == us and piece.piece_type != GENERAL
-        and board.attackers(them, sq) and not board.attackers(us, sq)
+        and sq in threatened and not board.attackers(us, sq)
     ]
     return [
         _listing("Captures", sorted(captures)),
