@@ -130,7 +130,6 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     weights and tokenizer, e.g. the shipped ``models/xiangqi``; ``resume`` takes precedence
     when the run directory has a checkpoint.
     """
-
     cfg, xq = load_player_config(config)
     if out_dir:
         cfg.run.out_dir = out_dir

@@ -96,7 +96,6 @@ def train(
     sessions when the run directory (git-ignored) is gone. ``resume`` takes precedence when the
     run directory has a checkpoint.
     """
-
     torch.set_num_threads(cfg.run.threads)
     out = Path(cfg.run.out_dir)
     ckpt = out / CHECKPOINT_DIR
