@@ -70,6 +70,51 @@ def test_integer_automaton_is_exact(ctx) -> None:
     assert not _accepts(automaton, one + [eos] + two)
 
 
+def _same_language(a, b) -> bool:
+    """Whether two token DFAs accept the same sequences (breadth-first over state pairs)."""
+    def table(automaton):
+        out: dict[int, dict[int, int]] = {}
+        for s, v, d in zip(automaton.src.tolist(), automaton.tok.tolist(), automaton.dst.tolist(),
+                           strict=True):
+            out.setdefault(s, {})[v] = d
+        return out
+
+    ta, tb = table(a), table(b)
+    seen, todo = {(0, 0)}, [(0, 0)]
+    while todo:
+        x, y = todo.pop()
+        if bool(a.accept[x]) != bool(b.accept[y]) or ta.get(x, {}).keys() != tb.get(y, {}).keys():
+            return False
+        for v, nx in ta.get(x, {}).items():
+            pair = (nx, tb[y][v])
+            if pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return True
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(-(10**5), 10**5), st.integers(0, 10**5))
+def test_integer_automaton_equals_the_outlines_route(ctx, lo: int, width: int) -> None:
+    # the direct DFA against outlines-core's index of the range regex, on the same tokenizer
+    answer = IntegerAnswer(minimum=lo, maximum=lo + width)
+    direct = compile_answer(answer, ctx)
+    via_regex = compile_regex(integer_range_regex(lo, lo + width), ctx, direct.budget,
+                              guarded=False)
+    assert _same_language(direct, via_regex), (lo, lo + width)
+
+
+def test_integer_automaton_with_18_digit_bounds(ctx) -> None:
+    # outlines-core needs minutes for this range's regex; the direct construction is exact
+    lo, hi = -123456789012345678, 987654321098765432
+    automaton = compile_answer(IntegerAnswer(minimum=lo, maximum=hi), ctx)
+    eos = ctx.special.eos
+    for x in (lo, lo - 1, hi, hi + 1, 0, -1, 10**17, -(10**17), 123456789012345679, 10**18):
+        ids = ctx.tokenizer.encode(str(x)).ids
+        padded = ids + [eos] * (automaton.budget - len(ids))
+        assert _accepts(automaton, padded) == (lo <= x <= hi), x
+
+
 def test_union_parses_dicts_and_caches(ctx) -> None:
     adapter = TypeAdapter(AnswerSchema)
     choice = adapter.validate_python({"type": "choice", "options": ["a b", "c.d"]})

@@ -204,6 +204,46 @@ def compile_regex(
     return _to_automaton(initial, transitions, finals, ctx.special.eos, budget, field_name)
 
 
+def char_dfa_automaton(
+    transitions: list[dict[str, int]], accept: list[bool], ctx: TokenizerContext, budget: int
+) -> TokenAutomaton:
+    """Lift a character DFA (state 0 initial, ASCII alphabet) to tokens: a token is an edge when
+    its whole text walks the DFA from one state to another; the [EOS]/DONE convention as above."""
+    alphabet = {ch for row in transitions for ch in row}
+    tokens = [
+        (data.decode("ascii"), ids) for data, ids in ctx.by_bytes.items()
+        if data.isascii() and set(data.decode("ascii")) <= alphabet
+    ]
+    src: list[int] = []
+    tok: list[int] = []
+    dst: list[int] = []
+    for state in range(len(transitions)):
+        for text, token_ids in tokens:
+            target: int | None = state
+            for ch in text:
+                target = transitions[target].get(ch)
+                if target is None:
+                    break
+            if target is not None:
+                src += [state] * len(token_ids)
+                tok += token_ids
+                dst += [target] * len(token_ids)
+    done = len(transitions)
+    eos = ctx.special.eos
+    for state, accepting in enumerate(accept):
+        if accepting:
+            src.append(state)
+            tok.append(eos)
+            dst.append(done)
+    src.append(done)
+    tok.append(eos)
+    dst.append(done)
+    accepting_states = torch.tensor([*accept, True], dtype=torch.bool)
+    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return TokenAutomaton(done + 1, as_long(src), as_long(tok), as_long(dst), accepting_states,
+                          budget)
+
+
 def literal_automaton(text: str, ctx: TokenizerContext, budget: int) -> TokenAutomaton:
     """Automaton of the single string ``text``: every tokenisation of its bytes (byte offsets)."""
     data = text.encode("utf-8")
@@ -265,10 +305,14 @@ def compile_answer(
             f"the answer needs a slot of {budget} tokens; at most {MAX_SLOT_TOKENS} are allowed",
             field_name,
         )
-    # user-written regexes can blow up during determinisation: compile those under a guard
-    automaton = compile_regex(
-        regex, ctx, budget, field_name, guarded=user_regex or answer.type == "json"
-    )
+    char_dfa = answer.char_dfa()
+    if char_dfa is not None:
+        automaton = char_dfa_automaton(*char_dfa, ctx, budget)
+    else:
+        # user-written regexes can blow up during determinisation: compile those under a guard
+        automaton = compile_regex(
+            regex, ctx, budget, field_name, guarded=user_regex or answer.type == "json"
+        )
     shortest = shortest_answer(automaton)
     if shortest > budget:
         raise SchemaError(

@@ -61,3 +61,73 @@ def integer_range_regex(minimum: int, maximum: int) -> str:
     if maximum >= 0:
         parts.extend(_non_negative(max(0, minimum), maximum))
     return _group(parts) if len(parts) > 1 else parts[0]
+
+
+INTEGER_ALPHABET = "-0123456789"
+
+
+def integer_range_dfa(minimum: int, maximum: int) -> tuple[list[dict[str, int]], list[bool]]:
+    """A character DFA (state 0 initial) for exactly the decimal integers in ``[minimum, maximum]``.
+
+    Built directly rather than from ``integer_range_regex``: outlines-core's determinisation of
+    that regex takes minutes for 18-digit bounds with many distinct digits. The language is a
+    union of fixed-width ranges ``[start, end]`` (``-`` written into both bounds of the negative
+    part); the subset construction tracks, per range, the position and whether the prefix still
+    equals each bound. A bound whose remaining digits are all ``0`` (lower) or ``9`` (upper) no
+    longer constrains anything and is dropped, which keeps the state count small.
+    """
+    if minimum > maximum:
+        raise ValueError(f"minimum {minimum} is above maximum {maximum}")
+    ranges: list[tuple[str, str]] = []
+    if minimum < 0:
+        lo, hi = max(1, -maximum), -minimum
+        ranges += [("-" + s, "-" + e) for s, e in _width_runs(lo, hi)]
+    if maximum >= 0:
+        ranges += _width_runs(max(0, minimum), maximum)
+
+    # an NFA state: (range index, position, prefix equals start, prefix equals end)
+    Item = tuple[int, int, bool, bool]
+    start: frozenset[Item] = frozenset((r, 0, True, True) for r in range(len(ranges)))
+    ids: dict[frozenset[Item], int] = {start: 0}
+    transitions: list[dict[str, int]] = [{}]
+    accept: list[bool] = [False]
+    todo = [start]
+    while todo:
+        subset = todo.pop()
+        source = ids[subset]
+        for char in INTEGER_ALPHABET:
+            nxt: set[Item] = set()
+            for r, pos, tight_lo, tight_hi in subset:
+                lo_s, hi_s = ranges[r]
+                if pos == len(lo_s):
+                    continue
+                floor = lo_s[pos] if tight_lo else "0"
+                ceiling = hi_s[pos] if tight_hi else "9"
+                if not floor <= char <= ceiling or (char == "-") != (lo_s[pos] == "-"):
+                    continue
+                rest = pos + 1
+                nxt.add((
+                    r, rest,
+                    tight_lo and char == lo_s[pos] and lo_s[rest:].strip("0") != "",
+                    tight_hi and char == hi_s[pos] and hi_s[rest:].strip("9") != "",
+                ))
+            if not nxt:
+                continue
+            target = frozenset(nxt)
+            if target not in ids:
+                ids[target] = len(transitions)
+                transitions.append({})
+                accept.append(any(pos == len(ranges[r][0]) for r, pos, _, _ in target))
+                todo.append(target)
+            transitions[source][char] = ids[target]
+    return transitions, accept
+
+
+def _width_runs(lo: int, hi: int) -> list[tuple[str, str]]:
+    """``[lo, hi]`` (``0 <= lo <= hi``) split into ranges of numbers with the same digit count."""
+    runs = []
+    for width in range(len(str(lo)), len(str(hi)) + 1):
+        start = lo if width == len(str(lo)) else 10 ** (width - 1)
+        end = hi if width == len(str(hi)) else 10**width - 1
+        runs.append((str(start), str(end)))
+    return runs
