@@ -16,9 +16,15 @@ from fastapi.testclient import TestClient
 
 from apps.xiangqi import Board
 from apps.xiangqi.api import create_app
-from apps.xiangqi.model_player import ModelPlayer, player_from_setting
+from apps.xiangqi.model_player import (
+    ModelPlayer,
+    SearchGuidedPlayer,
+    player_from_setting,
+    search_depth_setting,
+)
 from apps.xiangqi.players import GreedyPlayer, RandomPlayer
 from apps.xiangqi.render import sorted_legal_iccs
+from apps.xiangqi.search import SearchConfig, best_score, move_scores
 
 GAMES = "/api/xiangqi/games"
 
@@ -121,3 +127,68 @@ def test_player_settings() -> None:
 
     with pytest.raises(CheckpointError):
         player_from_setting("/nonexistent/checkpoint")
+
+
+def test_search_settings(checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert type(player_from_setting(str(checkpoint), search=0)) is ModelPlayer
+    assert isinstance(player_from_setting(str(checkpoint)), SearchGuidedPlayer)  # the default
+    monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "0")
+    assert search_depth_setting() == 0
+    for bad in ("deep", "-1", "9"):
+        monkeypatch.setenv("DECISION_XIANGQI_SEARCH", bad)
+        with pytest.raises(ValueError, match="DECISION_XIANGQI_SEARCH"):
+            player_from_setting(str(checkpoint))
+
+
+def test_guided_player_keeps_sound_model_moves_and_replaces_blunders(model: Any) -> None:
+    config = SearchConfig(depth=2)
+    alone = ModelPlayer(SpyModel(model))
+    guided = SearchGuidedPlayer(SpyModel(model), search=config, margin=1.0)
+    positions = [Board("4k4/9/9/4r4/9/R3p4/9/9/9/3K5 w")]  # a4e4 loses the chariot
+    board = Board()
+    for iccs in ("h2e2", "h9g7", "h0g2", "c6c5", "b0c2", "b9c7", "e2e6"):
+        board.push_iccs(iccs)
+        positions.append(board.copy())  # the last: a cannon takes a soldier and is exposed
+    for position in positions:
+        floor = best_score(position, config) - 1.0
+        scores = move_scores(position, config=config)
+        model_move = alone.choose(position)
+        choice = guided.choose_with_info(position)
+        assert scores[choice.move] >= floor  # the guided move is never a blunder
+        if scores[model_move] >= floor:
+            assert choice.move == model_move and not choice.source.endswith("+search")
+        else:  # replaced by the sound move the model likes best
+            assert choice.source.endswith("+search")
+    assert guided.overrides == sum(
+        1 for p in positions
+        if move_scores(p, config=config)[alone.choose(p)] < best_score(p, config) - 1.0
+    )
+
+
+class _FixedAnswers:
+    """A stand-in model that answers one move and gives every option a set probability."""
+
+    def __init__(self, answer: str, probabilities: dict[str, float]) -> None:
+        self.answer, self.probabilities = answer, probabilities
+
+    def decide(self, document: str, questions: list[Any], **kw: Any) -> Any:
+        from types import SimpleNamespace
+
+        options = questions[0]["answer"]["options"]
+        probs = {o: self.probabilities.get(o, 0.0) for o in options} \
+            if kw.get("return_probabilities") else None
+        answer = SimpleNamespace(value=self.answer, confidence=0.5, option_probabilities=probs)
+        return SimpleNamespace(answers=[answer])
+
+
+def test_a_vetoed_answer_gives_way_to_the_likeliest_sound_move() -> None:
+    board = Board("4k4/9/9/4r4/9/R3p4/9/9/9/3K5 w")
+    # the model wants the losing capture, then a4d4 (next to the soldier: lost too), a4b4 (sound)
+    fake = _FixedAnswers("a4e4", {"a4e4": 0.5, "a4d4": 0.3, "a4b4": 0.15, "a4a9": 0.05})
+    guided = SearchGuidedPlayer(fake, margin=1.0)
+    choice = guided.choose_with_info(board)
+    assert choice.move.iccs() == "a4b4" and choice.confidence == 0.15
+    assert choice.source.endswith("+search") and guided.overrides == 1
+    # a sound answer is played as it is
+    keep = SearchGuidedPlayer(_FixedAnswers("a4a9", {}), margin=1.0).choose_with_info(board)
+    assert keep.move.iccs() == "a4a9" and keep.confidence == 0.5

@@ -22,6 +22,7 @@ from apps.xiangqi.evaluate import (
 )
 from apps.xiangqi.model_player import XIANGQI_CHECKPOINT, ModelPlayer
 from apps.xiangqi.render import move_question, position_document
+from apps.xiangqi.search import SearchConfig
 from apps.xiangqi.train_player import build_model, load_player_config
 from apps.xiangqi.training import (
     GameRecord,
@@ -168,12 +169,14 @@ def test_agreement_on_tiny_model_is_well_formed(games: list[GameRecord], tiny: A
     result = agreement(tiny, sample, seen, batch_size=4)
     assert result.positions == 6 and result.legal == 6
     assert 0.0 <= result.top1 <= 1.0
-    unseen = sum(key not in seen for _, key, _ in sample)
+    unseen = sum(p.key not in seen for p in sample)
     assert result.unseen_positions == unseen
     assert sum(p["n"] for p in result.by_phase.values()) == 6
     base = baseline_agreement(games, 6, seed=1)  # same positions as the sample
     assert base["positions"] == 6 and 0 < base["uniform_random_top1"] < 1
     assert 0 <= base["greedy_top1"] <= 1
+    guided = agreement(tiny, sample, seen, batch_size=4, search=SearchConfig(depth=1))
+    assert guided.player == "policy+search (depth 1, margin 1)" and guided.legal == 6
     timing = move_timing(tiny, sample[:2])
     assert timing["positions"] == 2 and timing["wall_s"] > 0
 

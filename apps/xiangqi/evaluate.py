@@ -32,14 +32,15 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from apps.xiangqi.board import Board
-from apps.xiangqi.core import BLACK, RED
-from apps.xiangqi.model_player import ModelPlayer
+from apps.xiangqi.core import BLACK, RED, Move
+from apps.xiangqi.model_player import ModelPlayer, SearchGuidedPlayer, guided_pick, sound_moves
 from apps.xiangqi.players import GreedyPlayer, Player, RandomPlayer, material, play_game
+from apps.xiangqi.search import SearchConfig
 from apps.xiangqi.training import (
     GameRecord,
     MoveExample,
@@ -78,10 +79,10 @@ class BatchingModel:
         self._thread.start()
 
     def decide(self, document: str, questions: list[Any], mode: str = "joint",
-               threshold: float = 0.9, **_: Any) -> Any:
+               threshold: float = 0.9, return_probabilities: bool = False) -> Any:
         fut: Future[Any] = Future()
         request = {"document": document, "questions": questions, "mode": mode,
-                   "threshold": threshold}
+                   "threshold": threshold, "return_probabilities": return_probabilities}
         self._queue.put((request, fut))
         return fut.result()
 
@@ -163,17 +164,28 @@ class AgreementResult:
     legal: int  # decoded moves that were legal options
     seconds: float
     by_phase: dict[str, dict[str, float]] = field(default_factory=dict)
+    player: str = "policy"
+
+
+class SamplePosition(NamedTuple):
+    """A validation position: the rendered example, its key, its ply and the board itself."""
+
+    example: MoveExample
+    key: int
+    ply: int
+    board: Board
 
 
 def agreement_sample(games: Sequence[GameRecord], count: int, seed: int
-                     ) -> list[tuple[MoveExample, int, int]]:
-    """A fixed sample of validation positions (example, position key, ply) with > 1 legal move."""
-    out: list[tuple[MoveExample, int, int]] = []
+                     ) -> list[SamplePosition]:
+    """A fixed sample of validation positions with more than one legal move."""
+    out: list[SamplePosition] = []
     for ref in sample_positions(games, count * 2, seed):
         game = games[ref.game]
         board = board_at(game, ref.ply)
         if len(board.legal_moves) > 1:
-            out.append((example_at(board, game.moves[ref.ply]), position_key(board), ref.ply))
+            out.append(SamplePosition(example_at(board, game.moves[ref.ply]), position_key(board),
+                                      ref.ply, board))
         if len(out) == count:
             break
     return out
@@ -183,9 +195,13 @@ def _phase(ply: int) -> str:
     return "opening (ply < 20)" if ply < 20 else "middle (20-79)" if ply < 80 else "late (80+)"
 
 
-def agreement(model: Any, sample: Sequence[tuple[MoveExample, int, int]], seen: set[int],
-              batch_size: int = 32) -> AgreementResult:
-    """Decode every sample position (batched ``decide_many``) and compare with the gold move."""
+def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
+              batch_size: int = 32, search: SearchConfig | None = None,
+              margin: float = 1.0) -> AgreementResult:
+    """Decode every sample position (batched ``decide_many``) and compare with the gold move.
+
+    ``search``: the move is the one :class:`SearchGuidedPlayer` would play (blunders vetoed).
+    """
     from decision.joint.engine import decide_many
 
     t0 = time.monotonic()
@@ -193,11 +209,17 @@ def agreement(model: Any, sample: Sequence[tuple[MoveExample, int, int]], seen: 
     phases: dict[str, list[int]] = {}
     for start in range(0, len(sample), batch_size):
         chunk = sample[start : start + batch_size]
-        requests = [{"document": ex.document, "questions": [ex.question], "mode": "joint",
-                     "threshold": 0.9} for ex, _, _ in chunk]
-        for (ex, key, ply), decision in zip(chunk, decide_many(model, requests), strict=True):
-            move = decision.answers[0].value
+        requests = [{"document": p.example.document, "questions": [p.example.question],
+                     "mode": "joint", "threshold": 0.9, "return_probabilities": search is not None}
+                    for p in chunk]
+        for (ex, key, ply, board), decision in zip(chunk, decide_many(model, requests),
+                                                   strict=True):
+            answer = decision.answers[0]
+            move = answer.value
             legal += move in ex.question["answer"]["options"]
+            if search is not None:
+                sound = sound_moves(board, search, margin)
+                move = guided_pick(Move.from_iccs(move), answer.option_probabilities, sound).iccs()
             hit = move == ex.gold
             hits += hit
             phases.setdefault(_phase(ply), []).append(hit)
@@ -210,6 +232,8 @@ def agreement(model: Any, sample: Sequence[tuple[MoveExample, int, int]], seen: 
         unseen_top1=unseen_hits / unseen if unseen else None, legal=legal,
         seconds=round(time.monotonic() - t0, 1),
         by_phase={k: {"n": len(v), "top1": sum(v) / len(v)} for k, v in sorted(phases.items())},
+        player="policy" if search is None else
+        f"policy+search (depth {search.depth}, margin {margin:g})",
     )
 
 
@@ -226,6 +250,8 @@ class MatchResult:
     unfinished: int  # stopped at max_plies, counted as draws in the score
     losses: int
     score: float  # (wins + (draws + unfinished) / 2) / games
+    player: str  # "policy" (the model alone) or "policy+search (depth d, margin m)"
+    overrides: int  # model moves the search vetoed and replaced
     mean_material: float  # model's material minus the opponent's at the end (soldier units)
     model_moves: int
     seconds: float
@@ -241,8 +267,12 @@ def _opponent(name: str, seed: int) -> Player:
 
 
 def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed: int = 0,
-               concurrency: int = 50, progress: str | Path | None = None) -> MatchResult:
+               concurrency: int = 50, progress: str | Path | None = None,
+               search: SearchConfig | None = None, margin: float = 1.0) -> MatchResult:
     """``games`` games of ModelPlayer vs ``opponent`` (even index: the model plays red).
+
+    ``search``: play :class:`SearchGuidedPlayer` (the model's moves with blunders vetoed by a
+    material search) instead of the model alone.
 
     ``progress``: a JSON-lines file that gets each game's record as soon as it ends, so a match
     stopped early still leaves its finished games.
@@ -257,7 +287,8 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
 
     def one(i: int) -> dict[str, Any]:
         model_red = i % 2 == 0
-        me = ModelPlayer(batching, name="xiangqi-model")
+        me = (ModelPlayer(batching, name="xiangqi-model") if search is None else
+              SearchGuidedPlayer(batching, name="xiangqi-model", search=search, margin=margin))
         other = _opponent(opponent, seed + i)
         red, black = (me, other) if model_red else (other, me)
         try:
@@ -274,6 +305,7 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
         for move in moves:
             final.push_iccs(move)  # replayed: every move of the game is checked legal again
         record = {"game": i, "model": "red" if model_red else "black", "result": result,
+                  "overrides": getattr(me, "overrides", 0),
                   "outcome": outcome, "plies": len(moves), "model_moves": model_moves,
                   "material": material(final, RED if model_red else BLACK),
                   "moves": " ".join(moves)}
@@ -294,6 +326,9 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
         opponent=opponent, games=games, max_plies=max_plies, wins=count["win"],
         draws=count["draw"], unfinished=count["unfinished"], losses=count["loss"],
         score=(count["win"] + (count["draw"] + count["unfinished"]) / 2) / games,
+        player="policy" if search is None else
+        f"policy+search (depth {search.depth}, margin {margin:g})",
+        overrides=sum(r["overrides"] for r in results),
         mean_material=sum(r["material"] for r in results) / games,
         model_moves=sum(r["model_moves"] for r in results),
         seconds=round(time.monotonic() - t0, 1), results=results,
@@ -321,12 +356,12 @@ def baseline_agreement(games: Sequence[GameRecord], count: int, seed: int) -> di
             "greedy_top1": round(hits / max(1, n), 4)}
 
 
-def move_timing(model: Any, sample: Sequence[tuple[MoveExample, int, int]]) -> dict[str, Any]:
+def move_timing(model: Any, sample: Sequence[SamplePosition]) -> dict[str, Any]:
     """Wall and CPU seconds of one unbatched decision, as ModelPlayer makes it (mean)."""
     from decision.joint.engine import decide
 
     wall = cpu = 0.0
-    for ex, _, _ in sample:
+    for ex, *_ in sample:
         w, c = time.perf_counter(), time.process_time()
         decide(model, ex.document, [ex.question], mode="joint", threshold=0.9)
         wall += time.perf_counter() - w
@@ -363,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="also time this many unbatched decisions (ModelPlayer's call)")
     agr.add_argument("--keys-cache", default="runs/xiangqi-train-keys.npy",
                      help="where the training positions' keys are kept between runs")
+    agr.add_argument("--search-depth", type=int, default=0,
+                     help="score the moves SearchGuidedPlayer plays at this depth (0: the model's)")
+    agr.add_argument("--margin", type=float, default=1.0)
     keys = sub.add_parser("keys", help="compute and cache the training positions' keys")
     keys.add_argument("--train-games", default=str(DATA / "train-games.jsonl.gz"))
     keys.add_argument("--keys-cache", default="runs/xiangqi-train-keys.npy")
@@ -373,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
     mat.add_argument("--seed", type=int, default=0)
     mat.add_argument("--concurrency", type=int, default=50)
     mat.add_argument("--progress", default=None, help="JSON lines: each game as it ends")
+    mat.add_argument("--search-depth", type=int, default=0,
+                     help="veto the model's blunders with a material search this deep (0: off)")
+    mat.add_argument("--margin", type=float, default=1.0,
+                     help="soldier units below the best searched move that a move may lose")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.command == "keys":
@@ -387,13 +429,15 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"baselines": baseline_agreement(games, args.positions, args.seed)}))
             return 0
         seen = cached_training_keys(args.train_games, args.keys_cache)
-        result: Any = agreement(model, sample, seen, args.batch_size)
+        search = SearchConfig(depth=args.search_depth) if args.search_depth else None
+        result: Any = agreement(model, sample, seen, args.batch_size, search, args.margin)
         if args.timing:
             timing = move_timing(model, sample[: args.timing])
             print(json.dumps({"unbatched_move": timing}))
     else:
+        search = SearchConfig(depth=args.search_depth) if args.search_depth else None
         result = play_match(model, args.opponent, args.games, args.max_plies, args.seed,
-                            args.concurrency, args.progress)
+                            args.concurrency, args.progress, search, args.margin)
     record = asdict(result)
     summary = {k: v for k, v in record.items() if k != "results"}
     print(json.dumps(summary, indent=2))

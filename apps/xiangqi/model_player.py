@@ -12,6 +12,10 @@ Which model (:func:`player_from_setting`, setting ``DECISION_XIANGQI_MODEL``):
   default model was never trained on Xiangqi, so its moves are legal but not chosen for strength.
 * ``default``: the default decision model; ``random`` / ``greedy``: the rules engine's baseline
   players (no model); any other value: a checkpoint directory.
+
+How a model plays (setting ``DECISION_XIANGQI_SEARCH``): ``2`` (default) or another depth: as a
+:class:`SearchGuidedPlayer`, the model's move with blunders vetoed by a material search that deep;
+``0``: the model alone (:class:`ModelPlayer`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from typing import Any, Protocol
 
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import Move
+from apps.xiangqi.search import SearchConfig
 
 # Beside the default model (<repo>/models/default), whatever the working directory.
 XIANGQI_CHECKPOINT = Path(__file__).resolve().parents[2] / "models" / "xiangqi"
 SETTING_ENV = "DECISION_XIANGQI_MODEL"
+SEARCH_ENV = "DECISION_XIANGQI_SEARCH"
+DEFAULT_SEARCH_DEPTH = 2
 
 
 class Player(Protocol):
@@ -81,13 +88,94 @@ class ModelPlayer:
         return self.choose_with_info(board).move
 
 
-def _decide(model: Any, document: str, question: Any, threshold: float) -> Any:
+class SearchGuidedPlayer(ModelPlayer):
+    """The model's move, unless a shallow material search shows it blunders.
+
+    The search (:mod:`apps.xiangqi.search`) scores every legal move; a move whose score is more
+    than ``margin`` soldier units below the best is vetoed, and so is a move back to an earlier
+    position when another is left (the search ignores repetition). The model picks among the
+    rest: its own answer when that survives, else the surviving move it gives the highest
+    probability (all options' probabilities come from the same decode). The model still makes
+    every choice the search cannot tell apart, which in quiet positions is all of them.
+    """
+
+    def __init__(self, model: Any, name: str = "decision-model", threshold: float = 0.9,
+                 search: SearchConfig | None = None, margin: float = 1.0) -> None:
+        super().__init__(model, name, threshold)
+        self.search = search or SearchConfig()
+        self.margin = margin
+        self.overrides = 0  # model answers the search vetoed
+
+    def choose_with_info(self, board: Board) -> MoveChoice:
+        from apps.xiangqi.render import move_question, position_document
+
+        legal = list(board.legal_moves)
+        if not legal:
+            raise ValueError("the side to move has no legal move: the game is over")
+        if len(legal) == 1:
+            return MoveChoice(legal[0], 1.0, self.name)
+        sound = sound_moves(board, self.search, self.margin)
+        with self._lock:
+            decision = _decide(self.model, position_document(board), move_question(board),
+                               self.threshold, return_probabilities=True)
+        answer = decision.answers[0]
+        move = Move.from_iccs(str(answer.value))
+        if move not in legal:
+            raise RuntimeError(f"the model answered {answer.value!r}, which is not a legal move")
+        chosen = guided_pick(move, answer.option_probabilities, sound)
+        if chosen == move:
+            confidence = getattr(answer, "confidence", None)
+            return MoveChoice(move, None if confidence is None else float(confidence), self.name)
+        self.overrides += 1
+        probability = (answer.option_probabilities or {}).get(chosen.iccs())
+        return MoveChoice(chosen, probability, f"{self.name}+search")
+
+
+def sound_moves(board: Board, search: SearchConfig, margin: float) -> set[Move]:
+    """The legal moves a :class:`SearchGuidedPlayer` may play: searched within ``margin`` of the
+    best, and not back to an earlier position while another such move is left."""
+    from apps.xiangqi.search import best_score, move_scores
+
+    floor = best_score(board, search) - margin
+    scores = move_scores(board, board.legal_moves, search, floor=floor)
+    return _avoid_repetition(board, {m for m, score in scores.items() if score >= floor})
+
+
+def guided_pick(answer: Move, probabilities: dict[str, float] | None, sound: set[Move]) -> Move:
+    """The model's ``answer`` if it is sound, else the sound move it gives the most probability
+    (ties broken by ICCS order, so the choice is deterministic)."""
+    if answer in sound:
+        return answer
+    probabilities = probabilities or {}
+    return max(sound, key=lambda m: (probabilities.get(m.iccs(), 0.0), m.iccs()))
+
+
+def _avoid_repetition(board: Board, moves: set[Move]) -> set[Move]:
+    """``moves`` less those that return to an earlier position, unless that leaves none.
+
+    The search does not see the repetition rule, and a player ahead in material that keeps
+    checking loses by it (perpetual check); a new position every move never repeats.
+    """
+    work = board.copy()
+    fresh = set()
+    for move in moves:
+        work.push(move)
+        if work.repetition_count() == 1:
+            fresh.add(move)
+        work.pop()
+    return fresh or moves
+
+
+def _decide(model: Any, document: str, question: Any, threshold: float,
+            return_probabilities: bool = False) -> Any:
     """``model.decide`` (interfaces.md); a bare DecisionModel goes through the joint engine."""
     if hasattr(model, "decide"):
-        return model.decide(document, [question], mode="joint", threshold=threshold)
+        return model.decide(document, [question], mode="joint", threshold=threshold,
+                            return_probabilities=return_probabilities)
     from decision.joint.engine import decide
 
-    return decide(model, document, [question], mode="joint", threshold=threshold)
+    return decide(model, document, [question], mode="joint", threshold=threshold,
+                  return_probabilities=return_probabilities)
 
 
 def choose_move(player: Player, board: Board) -> MoveChoice:
@@ -111,6 +199,7 @@ class ServiceModel:
 
     def decide(
         self, document: str, questions: list[Any], mode: str = "joint", threshold: float = 0.9,
+        return_probabilities: bool = False,
     ) -> Any:
         import anyio.from_thread
 
@@ -122,7 +211,8 @@ class ServiceModel:
             document=document,
             questions=[QuestionIn(**item) for item in items],
             mode=mode,  # type: ignore[arg-type]
-            options=DecideOptions(threshold=threshold),
+            options=DecideOptions(threshold=threshold,
+                                  return_probabilities=return_probabilities),
         )
         return anyio.from_thread.run(self.service.decide, body)
 
@@ -135,12 +225,14 @@ _UNTRAINED = "default-model (untrained on xiangqi)"
 
 
 def player_from_setting(
-    setting: str | None = None, device: str = "cpu", service: Any = None
+    setting: str | None = None, device: str = "cpu", service: Any = None,
+    search: str | int | None = None,
 ) -> Player:
     """Build the player a setting names (default: ``$DECISION_XIANGQI_MODEL`` or ``auto``).
 
     ``service``: the running decision service, if any; the default model is then the one it has
-    already loaded (through :class:`ServiceModel`) instead of a second copy.
+    already loaded (through :class:`ServiceModel`) instead of a second copy. ``search``: the
+    search depth (see :func:`search_depth_setting`).
     """
     value = (setting or os.environ.get(SETTING_ENV) or "auto").strip()
     if value in ("random", "greedy"):
@@ -150,11 +242,33 @@ def player_from_setting(
 
     from decision import load_model
 
+    depth = search_depth_setting(search)
     if value == "auto" and _has_checkpoint(XIANGQI_CHECKPOINT):
-        return ModelPlayer(load_model(str(XIANGQI_CHECKPOINT), device=device), "xiangqi-model")
+        return _player(load_model(str(XIANGQI_CHECKPOINT), device=device), "xiangqi-model", depth)
     if value in ("auto", "default"):
         if service is not None:
-            return ModelPlayer(ServiceModel(service), _UNTRAINED)
-        return ModelPlayer(load_model(None, device=device), _UNTRAINED)
+            return _player(ServiceModel(service), _UNTRAINED, depth)
+        return _player(load_model(None, device=device), _UNTRAINED, depth)
     path = Path(value)
-    return ModelPlayer(load_model(str(path), device=device), path.name or str(path))
+    return _player(load_model(str(path), device=device), path.name or str(path), depth)
+
+
+def search_depth_setting(value: str | int | None = None) -> int:
+    """The search depth to play with: ``value``, else ``$DECISION_XIANGQI_SEARCH``, else 2."""
+    raw = value if value is not None else os.environ.get(SEARCH_ENV, "").strip() or None
+    if raw is None:
+        return DEFAULT_SEARCH_DEPTH
+    try:
+        depth = int(raw)
+    except ValueError:
+        depth = -1
+    if not 0 <= depth <= 4:
+        raise ValueError(f"{SEARCH_ENV} must be a search depth from 0 (the model alone) to 4, "
+                         f"got {raw!r}")
+    return depth
+
+
+def _player(model: Any, name: str, depth: int) -> ModelPlayer:
+    if depth == 0:
+        return ModelPlayer(model, name)
+    return SearchGuidedPlayer(model, name, search=SearchConfig(depth=depth))
