@@ -51,6 +51,7 @@ def poison(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _rel_err(a: torch.Tensor, ref: torch.Tensor, floor: float = FLOOR) -> float:
     assert torch.isfinite(a).all(), "non-finite values (an unwritten or overflowed element)"
+    a = a.detach().to(ref.device)  # the kernel's result may be on CUDA, the reference on the CPU
     return ((a.double() - ref.double()).abs().max() / ref.abs().max().clamp_min(floor)).item()
 
 

@@ -109,12 +109,14 @@ def all_kernels(dtype: str = "bf16", d: int = 128) -> list[tuple[Any, dict[str, 
     ]
 
 
-def launch_options_of(fn: Any) -> tuple[int, int]:
+def launch_options_of(fn: Any, dtype: str = "bf16") -> tuple[int, int]:
     """(warps, pipeline stages) a kernel is launched with: its module's NUM_WARPS / NUM_STAGES
-    tables, else Triton's defaults (4, 3)."""
+    tables (NUM_STAGES_FP32 first for fp32 inputs), else Triton's defaults (4, 3)."""
     mod = sys.modules[fn.__module__]
-    return (int(getattr(mod, "NUM_WARPS", {}).get(fn.__name__, 4)),
-            int(getattr(mod, "NUM_STAGES", {}).get(fn.__name__, 3)))
+    stages = getattr(mod, "NUM_STAGES", {}).get(fn.__name__, 3)
+    if dtype == "fp32":
+        stages = getattr(mod, "NUM_STAGES_FP32", {}).get(fn.__name__, stages)
+    return int(getattr(mod, "NUM_WARPS", {}).get(fn.__name__, 4)), int(stages)
 
 
 def main() -> None:
@@ -128,7 +130,7 @@ def main() -> None:
         sys.exit("compile_check: run with TRITON_INTERPRET=0 (the interpreter does not compile)")
     print(f"sm_{args.arch}, {args.dtype}, head dim {args.head_dim}")
     for fn, types, consts in all_kernels(args.dtype, args.head_dim):
-        warps, stages = launch_options_of(fn)
+        warps, stages = launch_options_of(fn, args.dtype)
         warps = args.num_warps or warps
         c = compile_kernel(fn, types, consts, args.arch, warps, stages)
         print(f"  {c.name:20s} warps {warps}  shared {c.shared:6d} B  regs {c.regs}  "

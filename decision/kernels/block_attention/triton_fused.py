@@ -30,6 +30,11 @@ from decision.kernels.block_attention.naive import effective_length
 # warps per kernel, from `python -m decision.kernels.compile_check` (fewest register spills at
 # sm_90, bf16, head dim 128), not from GPU timings (none were available)
 NUM_WARPS = {"_fwd_kernel": 8, "_bwd_q_kernel": 8, "_bwd_kv_kernel": 8}
+# fp32 tiles at head dim 128 need 192-240 KiB of shared memory with Triton's default 3 pipeline
+# stages, over an H200's 227 KiB (seen on the GPU: _bwd_q_kernel asked for 245,760 B); 2 stages
+# take 128-176 KiB. bf16 keeps the default (128 KiB at 3 stages).
+NUM_STAGES_FP32 = {"_fwd_kernel": 2, "_bwd_q_kernel": 2, "_bwd_kv_kernel": 2}
+DEFAULT_STAGES = 3
 
 
 def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -210,6 +215,12 @@ class _Meta:
         self.rs, self.l2 = rs, l2
         # fp32 inputs: exact fp32 products (tests at ~1e-5); bf16/fp16: tf32 tensor cores
         self.prec = "ieee" if q.dtype == torch.float32 else "tf32"
+        self.fp32 = q.dtype == torch.float32
+
+    def launch(self, kernel: str) -> dict[str, int]:
+        """Warps and pipeline stages of ``kernel`` for this call's dtype."""
+        stages = NUM_STAGES_FP32[kernel] if self.fp32 else DEFAULT_STAGES
+        return dict(num_warps=NUM_WARPS[kernel], num_stages=stages)
 
     def consts(self) -> dict[str, object]:
         return dict(HK=self.hk, HV=self.hv, DK=self.dk, DV=self.dv, BQ=self.bq, BKV=self.bkv,
@@ -228,7 +239,7 @@ class _BlockAttention(torch.autograd.Function):
         of = _empty(*o.shape, dtype=torch.float32, device=v.device) if store_f32 else o
         _fwd_kernel[(m.nq, m.b * m.hv)](q, k, v, state, hl, scale, cal, lle, mask, o, lse, of,
                                         m.l, m.rs, STORE_F32=store_f32, **m.consts(),
-                                        num_warps=NUM_WARPS["_fwd_kernel"])
+                                        **m.launch("_fwd_kernel"))
         ctx.save_for_backward(q, k, v, state, hl, scale, cal, mask, lle, of, lse)
         ctx.meta = m
         return o
@@ -246,12 +257,12 @@ class _BlockAttention(torch.autograd.Function):
         dsc = _empty(m.b, m.hv, m.nq, dtype=f32, device=dev)
         _bwd_q_kernel[(m.nq, m.b * m.hv)](
             q, k, v, state, hl, scale, cal, lle, mask, do, lse, delta, dq, du, dst, dsc, m.l,
-            m.rs, m.nq, **m.consts(), num_warps=NUM_WARPS["_bwd_q_kernel"])
+            m.rs, m.nq, **m.consts(), **m.launch("_bwd_q_kernel"))
         dk = _empty(m.b, m.l, m.hv, m.dk, dtype=f32, device=dev)
         dv = _empty(m.b, m.l, m.hv, m.dv, dtype=f32, device=dev)
         _bwd_kv_kernel[(triton.cdiv(m.l, m.bkv), m.b * m.hv)](
             q, k, v, scale, mask, do, lse, delta, dk, dv, m.l, **m.consts(),
-            num_warps=NUM_WARPS["_bwd_kv_kernel"])
+            **m.launch("_bwd_kv_kernel"))
         g = m.hv // m.hk  # value heads sharing a key head add their q/k gradients
         dq = dq.view(m.b, m.l, m.hk, g, m.dk).sum(3)
         dk = dk.view(m.b, m.l, m.hk, g, m.dk).sum(3)
