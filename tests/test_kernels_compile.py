@@ -1,8 +1,8 @@
 """Every Triton kernel compiles for sm_90 (no GPU needed) within H100/H200 shared memory.
 
 The interpreter tests never run the compiler; this runs the real pipeline down to a cubin with the
-bundled ptxas at the benchmark's sizes (bf16 and fp32, head dim 128), in a subprocess because this test
-session has the interpreter switched on. Slow (minutes of CPU): `make test` skips it.
+bundled ptxas at the benchmark's sizes (bf16 and fp32, head dim 128), in a subprocess because this
+test session has the interpreter switched on. Slow (minutes of CPU): `make test` skips it.
 """
 
 from __future__ import annotations
