@@ -38,7 +38,13 @@ import torch
 
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import BLACK, RED, Move
-from apps.xiangqi.model_player import ModelPlayer, SearchGuidedPlayer, guided_pick, sound_moves
+from apps.xiangqi.model_player import (
+    DEFAULT_MARGIN,
+    ModelPlayer,
+    SearchGuidedPlayer,
+    guided_pick,
+    sound_moves,
+)
 from apps.xiangqi.players import GreedyPlayer, Player, RandomPlayer, material, play_game
 from apps.xiangqi.search import SearchConfig
 from apps.xiangqi.training import (
@@ -197,7 +203,7 @@ def _phase(ply: int) -> str:
 
 def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
               batch_size: int = 32, search: SearchConfig | None = None,
-              margin: float = 1.0) -> AgreementResult:
+              margin: float = DEFAULT_MARGIN) -> AgreementResult:
     """Decode every sample position (batched ``decide_many``) and compare with the gold move.
 
     ``search``: the move is the one :class:`SearchGuidedPlayer` would play (blunders vetoed).
@@ -268,7 +274,7 @@ def _opponent(name: str, seed: int) -> Player:
 
 def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed: int = 0,
                concurrency: int = 50, progress: str | Path | None = None,
-               search: SearchConfig | None = None, margin: float = 1.0) -> MatchResult:
+               search: SearchConfig | None = None, margin: float = DEFAULT_MARGIN) -> MatchResult:
     """``games`` games of ModelPlayer vs ``opponent`` (even index: the model plays red).
 
     ``search``: play :class:`SearchGuidedPlayer` (the model's moves with blunders vetoed by a
@@ -400,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="where the training positions' keys are kept between runs")
     agr.add_argument("--search-depth", type=int, default=0,
                      help="score the moves SearchGuidedPlayer plays at this depth (0: the model's)")
-    agr.add_argument("--margin", type=float, default=1.0)
+    agr.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
     keys = sub.add_parser("keys", help="compute and cache the training positions' keys")
     keys.add_argument("--train-games", default=str(DATA / "train-games.jsonl.gz"))
     keys.add_argument("--keys-cache", default="runs/xiangqi-train-keys.npy")
@@ -413,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     mat.add_argument("--progress", default=None, help="JSON lines: each game as it ends")
     mat.add_argument("--search-depth", type=int, default=0,
                      help="veto the model's blunders with a material search this deep (0: off)")
-    mat.add_argument("--margin", type=float, default=1.0,
+    mat.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                      help="soldier units below the best searched move that a move may lose")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
