@@ -17,6 +17,8 @@ def _reference(board: Board, depth: int, qdepth: int, ply: int = 0) -> float:
     """Plain minimax (no pruning), scored as the material balance for the side to move."""
     me = board.turn
     if depth == 0:
+        if board.is_checkmate():
+            return -(MATE - ply) + material(board, me)
         return _reference_quiescence(board, qdepth)
     moves = board.legal_moves
     if not moves:
@@ -92,3 +94,16 @@ def test_search_finds_mate_in_one_and_sees_the_recapture() -> None:
     scores = move_scores(board)
     assert scores[board.parse_iccs("a4e4")] == pytest.approx(2.0 - 9.0)
     assert best_score(board) == pytest.approx(0.0)
+
+
+def test_depth_two_sees_the_mate_it_would_allow() -> None:
+    # Black's chariot on c1 threatens c1c0 mate (e1: Red's own cannon, f0: its advisor, and no
+    # Red piece can step between on d0). The Red chariot on c4 can take it; moving it off the
+    # c-file instead allows the mate, which a depth-2 search must see on its last ply
+    board = Board("4k4/9/9/9/9/2R6/9/9/2r1C4/4KA3 w")
+    scores = move_scores(board, config=SearchConfig(depth=2))
+    assert scores[board.parse_iccs("c4a4")] < -MATE / 2
+    assert scores[board.parse_iccs("c4c1")] == pytest.approx(9.0)
+    board.push_iccs("c4a4")
+    board.push_iccs("c1c0")
+    assert board.is_checkmate()

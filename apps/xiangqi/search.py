@@ -4,7 +4,8 @@ Negamax with alpha-beta over the legal moves to ``depth`` plies, then a capture-
 search (the side to move may stand pat), so an exchange in progress is finished before material
 is counted. Material in soldier units with the values of :data:`apps.xiangqi.players.PIECE_VALUES`
 (a soldier across the river is worth 2). A side with no legal move loses, checkmate and stalemate
-alike (Xiangqi rules), scored ``MATE`` minus the plies to it so nearer wins score higher.
+alike (Xiangqi rules), scored ``MATE`` minus the plies to it so nearer wins score higher; on the
+last full-width ply only a checkmate is looked for (a stalemate there goes unseen).
 Repetition and the no-capture limit are ignored: this is a blunder check, not an engine.
 
 It reads the board's square list directly through :mod:`apps.xiangqi.movegen` (the same move
@@ -87,6 +88,11 @@ class _Search:
     def negamax(self, red: bool, depth: int, alpha: float, beta: float, ply: int) -> float:
         """Score of the position for the side ``red`` to move (material relative to now)."""
         if depth == 0:
+            # a mate on the last ply is scored, not stood on: without this a depth-2 search would
+            # not see the opponent's mate in one after our move
+            k = self.kings[red]
+            if movegen.king_attacked(self.b, k, red) and not movegen.has_legal_move(self.b, k, red):
+                return -(MATE - ply)
             return self.quiescence(red, self.config.quiescence_depth, alpha, beta)
         self.nodes += 1
         pairs = movegen.legal_pairs(self.b, self.kings[red], red)
