@@ -192,3 +192,20 @@ def test_a_vetoed_answer_gives_way_to_the_likeliest_sound_move() -> None:
     # a sound answer is played as it is
     keep = SearchGuidedPlayer(_FixedAnswers("a4a9", {}), margin=1.0).choose_with_info(board)
     assert keep.move.iccs() == "a4a9" and keep.confidence == 0.5
+
+
+def test_moves_that_let_the_opponent_repeat_a_third_time_are_avoided() -> None:
+    from apps.xiangqi.model_player import _avoid_repetition
+
+    board = Board()
+    for iccs in "a0a1 i9i8 h0g2 a9a8 a1a0 i8i9 i0i1 i9i8 i1i0 b9c7 b0c2".split():
+        board.push_iccs(iccs)
+    risky, quiet = board.parse_iccs("c7b9"), board.parse_iccs("h9g7")
+    board.push(risky)  # a new position, but Red's c2b0 then makes a third occurrence
+    assert board.repetition_count() == 1
+    board.push_iccs("c2b0")
+    assert board.is_repetition(3)
+    board.pop()
+    board.pop()
+    assert _avoid_repetition(board, {risky, quiet}) == {quiet}
+    assert _avoid_repetition(board, {risky}) == {risky}  # nothing better: kept

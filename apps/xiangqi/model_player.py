@@ -154,19 +154,31 @@ def guided_pick(answer: Move, probabilities: dict[str, float] | None, sound: set
 
 
 def _avoid_repetition(board: Board, moves: set[Move]) -> set[Move]:
-    """``moves`` less those that return to an earlier position, unless that leaves none.
+    """``moves`` less those that let the game end by repetition, unless that leaves none.
 
     The search does not see the repetition rule, and a player ahead in material that keeps
-    checking loses by it (perpetual check); a new position every move never repeats.
+    checking loses by it (perpetual check). Preferred: moves to a new position after which no
+    reply of the opponent's makes a position's third occurrence; then moves to a new position;
+    then any.
     """
     work = board.copy()
-    fresh = set()
+    fresh, safe = set(), set()
     for move in moves:
         work.push(move)
         if work.repetition_count() == 1:
             fresh.add(move)
+            if not any(_completes_threefold(work, reply) for reply in work.legal_moves):
+                safe.add(move)
         work.pop()
-    return fresh or moves
+    return safe or fresh or moves
+
+
+def _completes_threefold(board: Board, move: Move) -> bool:
+    board.push(move)
+    try:
+        return board.is_repetition(3)
+    finally:
+        board.pop()
 
 
 def _decide(model: Any, document: str, question: Any, threshold: float,
