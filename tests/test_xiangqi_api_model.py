@@ -195,7 +195,7 @@ def test_a_vetoed_answer_gives_way_to_the_likeliest_sound_move() -> None:
 
 
 def test_moves_that_let_the_opponent_repeat_a_third_time_are_avoided() -> None:
-    from apps.xiangqi.model_player import _avoid_repetition
+    from apps.xiangqi.model_player import _repetition_classes
 
     board = Board()
     for iccs in "a0a1 i9i8 h0g2 a9a8 a1a0 i8i9 i0i1 i9i8 i1i0 b9c7 b0c2".split():
@@ -207,5 +207,29 @@ def test_moves_that_let_the_opponent_repeat_a_third_time_are_avoided() -> None:
     assert board.is_repetition(3)
     board.pop()
     board.pop()
-    assert _avoid_repetition(board, {risky, quiet}) == {quiet}
-    assert _avoid_repetition(board, {risky}) == {risky}  # nothing better: kept
+    assert _repetition_classes(board, {risky, quiet}) == ({quiet}, {risky, quiet})
+
+
+# A won game the guided player (depth 3, margin 0) lost to the random mover by perpetual check:
+# its only move within the margin, b9b8, checks for the third time in the same cycle.
+PERPETUAL = ("h2e2 h7h1 b2c2 b7e7 c2c6 e7i7 c3c4 h1c1 c6c1 i7e7 c1c9 d9e8 c9a9 b9d8 h0g2 e7h7 "
+             "c4c5 h7h2 e2h2 d8c6 c5c6 i9i7 b0c2 e8f7 a0b0 i7h7 b0b9 e9e8 h2h9 g6g5 b9b8 e8e7 "
+             "b8b7 e7e8 h9f9 h7h5 a9g9 h5i5 g9i9 g5g4 i9i5 g4g3 b7b8 e8e7 b8b7 e7e8 b7b8 e8e9 "
+             "b8b9 e9e8")
+
+
+def test_a_perpetual_check_gives_way_to_the_best_move_that_does_not_repeat() -> None:
+    from apps.xiangqi.model_player import sound_moves
+
+    board = Board()
+    for iccs in PERPETUAL.split():
+        board.push_iccs(iccs)
+    config = SearchConfig(depth=3)
+    check = board.parse_iccs("b9b8")
+    scores = move_scores(board, config=config)
+    assert scores[check] == max(scores.values())  # the search alone would play it
+    board.push(check)
+    assert board.is_repetition(3)
+    board.pop()
+    sound = sound_moves(board, config, margin=0.0)
+    assert sound and check not in sound

@@ -176,7 +176,7 @@ def test_agreement_on_tiny_model_is_well_formed(games: list[GameRecord], tiny: A
     assert base["positions"] == 6 and 0 < base["uniform_random_top1"] < 1
     assert 0 <= base["greedy_top1"] <= 1
     guided = agreement(tiny, sample, seen, batch_size=4, search=SearchConfig(depth=1))
-    assert guided.player == "policy+search (depth 1, margin 0.5)" and guided.legal == 6
+    assert guided.player == "policy+search (depth 1, margin 0)" and guided.legal == 6
     timing = move_timing(tiny, sample[:2])
     assert timing["positions"] == 2 and timing["wall_s"] > 0
 

@@ -13,7 +13,7 @@ Which model (:func:`player_from_setting`, setting ``DECISION_XIANGQI_MODEL``):
 * ``default``: the default decision model; ``random`` / ``greedy``: the rules engine's baseline
   players (no model); any other value: a checkpoint directory.
 
-How a model plays (setting ``DECISION_XIANGQI_SEARCH``): ``2`` (default) or another depth: as a
+How a model plays (setting ``DECISION_XIANGQI_SEARCH``): ``3`` (default) or another depth: as a
 :class:`SearchGuidedPlayer`, the model's move with blunders vetoed by a material search that deep;
 ``0``: the model alone (:class:`ModelPlayer`).
 """
@@ -34,10 +34,11 @@ from apps.xiangqi.search import SearchConfig
 XIANGQI_CHECKPOINT = Path(__file__).resolve().parents[2] / "models" / "xiangqi"
 SETTING_ENV = "DECISION_XIANGQI_MODEL"
 SEARCH_ENV = "DECISION_XIANGQI_SEARCH"
-DEFAULT_SEARCH_DEPTH = 2
-# soldier units a move may lose against the best searched move; picked on 500 validation
-# positions of another seed than the reported ones (0.5: 27.2% top-1 at depth 2, 1.0: 22.8%)
-DEFAULT_MARGIN = 0.5
+DEFAULT_SEARCH_DEPTH = 3
+# depth 3 and margin 0 (soldier units a move may lose against the best searched move) were
+# the best of those tried on 500 validation positions of another seed than the reported ones
+# (30.2% top-1; depth 2 with margin 0.5, 4x cheaper: 27.2%); docs/xiangqi-model.md
+DEFAULT_MARGIN = 0.0
 
 
 class Player(Protocol):
@@ -105,7 +106,7 @@ class SearchGuidedPlayer(ModelPlayer):
     def __init__(self, model: Any, name: str = "decision-model", threshold: float = 0.9,
                  search: SearchConfig | None = None, margin: float = DEFAULT_MARGIN) -> None:
         super().__init__(model, name, threshold)
-        self.search = search or SearchConfig()
+        self.search = search or SearchConfig(depth=DEFAULT_SEARCH_DEPTH)
         self.margin = margin
         self.overrides = 0  # model answers the search vetoed
 
@@ -136,12 +137,27 @@ class SearchGuidedPlayer(ModelPlayer):
 
 def sound_moves(board: Board, search: SearchConfig, margin: float) -> set[Move]:
     """The legal moves a :class:`SearchGuidedPlayer` may play: searched within ``margin`` of the
-    best, and not back to an earlier position while another such move is left."""
+    best, and not letting the game end by repetition (see :func:`_repetition_classes`).
+
+    When every move within the margin would repeat (typically a perpetual check, which loses),
+    the best of the moves that do not are taken instead, also within ``margin``; only when every
+    legal move repeats is a repeating one kept.
+    """
     from apps.xiangqi.search import best_score, move_scores
 
+    legal = board.legal_moves
     floor = best_score(board, search) - margin
-    scores = move_scores(board, board.legal_moves, search, floor=floor)
-    return _avoid_repetition(board, {m for m, score in scores.items() if score >= floor})
+    scores = move_scores(board, legal, search, floor=floor)
+    sound = {m for m, score in scores.items() if score >= floor}
+    safe, fresh = _repetition_classes(board, sound)
+    if safe:
+        return safe
+    others, _ = _repetition_classes(board, set(legal) - sound)
+    if others:
+        exact = move_scores(board, sorted(others, key=Move.iccs), search)
+        top = max(exact.values())
+        return {m for m, score in exact.items() if score >= top - margin}
+    return fresh or sound
 
 
 def guided_pick(answer: Move, probabilities: dict[str, float] | None, sound: set[Move]) -> Move:
@@ -153,14 +169,11 @@ def guided_pick(answer: Move, probabilities: dict[str, float] | None, sound: set
     return max(sound, key=lambda m: (probabilities.get(m.iccs(), 0.0), m.iccs()))
 
 
-def _avoid_repetition(board: Board, moves: set[Move]) -> set[Move]:
-    """``moves`` less those that let the game end by repetition, unless that leaves none.
-
-    The search does not see the repetition rule, and a player ahead in material that keeps
-    checking loses by it (perpetual check). Preferred: moves to a new position after which no
-    reply of the opponent's makes a position's third occurrence; then moves to a new position;
-    then any.
-    """
+def _repetition_classes(board: Board, moves: set[Move]) -> tuple[set[Move], set[Move]]:
+    """(safe, fresh) subsets of ``moves``: fresh ones reach a position not seen before in the
+    game; safe ones are fresh and no reply of the opponent's then makes a position's third
+    occurrence. The search does not see the repetition rule, and a player ahead in material that
+    keeps checking loses by it (perpetual check)."""
     work = board.copy()
     fresh, safe = set(), set()
     for move in moves:
@@ -170,7 +183,7 @@ def _avoid_repetition(board: Board, moves: set[Move]) -> set[Move]:
             if not any(_completes_threefold(work, reply) for reply in work.legal_moves):
                 safe.add(move)
         work.pop()
-    return safe or fresh or moves
+    return safe, fresh
 
 
 def _completes_threefold(board: Board, move: Move) -> bool:
@@ -269,7 +282,7 @@ def player_from_setting(
 
 
 def search_depth_setting(value: str | int | None = None) -> int:
-    """The search depth to play with: ``value``, else ``$DECISION_XIANGQI_SEARCH``, else 2."""
+    """The search depth to play with: ``value``, else ``$DECISION_XIANGQI_SEARCH``, else 3."""
     raw = value if value is not None else os.environ.get(SEARCH_ENV, "").strip() or None
     if raw is None:
         return DEFAULT_SEARCH_DEPTH
