@@ -125,7 +125,7 @@ class _Search:
         in_check = movegen.king_attacked(b, k, red)
         captures = [(fr, to) for fr, to in movegen.pseudo_moves(b, red) if b[to]]
         for fr, to in self._ordered(captures):
-            if not movegen.is_safe(b, self.kings[red], red, fr, to, in_check):
+            if not movegen.is_safe(b, k, red, fr, to, in_check):
                 continue
             gain = _gain(b, fr, to)
             captured = self._make(fr, to)
