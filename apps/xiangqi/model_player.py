@@ -70,23 +70,26 @@ class ModelPlayer:
 
     def choose_with_info(self, board: Board) -> MoveChoice:
         """Ask the model; the answer is parsed back into a legal :class:`Move`."""
+        only = _only_move(board)
+        if only is not None:  # nothing to decide; skip the forward passes
+            return MoveChoice(only, 1.0, self.name)
+        answer, move = self._ask(board)
+        return MoveChoice(move, _confidence(answer), self.name)
+
+    def _ask(self, board: Board, return_probabilities: bool = False) -> tuple[Any, Move]:
+        """The model's answer to the position's move question and its legal :class:`Move`."""
         from apps.xiangqi.render import move_question, position_document
 
-        legal = list(board.legal_moves)
-        if not legal:
-            raise ValueError("the side to move has no legal move: the game is over")
-        if len(legal) == 1:  # nothing to decide; skip the forward passes
-            return MoveChoice(legal[0], 1.0, self.name)
         document = position_document(board)
         question = move_question(board)
         with self._lock:
-            decision = _decide(self.model, document, question, self.threshold)
+            decision = _decide(self.model, document, question, self.threshold,
+                               return_probabilities)
         answer = decision.answers[0]
         move = Move.from_iccs(str(answer.value))
-        if move not in legal:  # constrained decoding makes this impossible; check anyway
+        if not board.is_legal(move):  # constrained decoding makes this impossible
             raise RuntimeError(f"the model answered {answer.value!r}, which is not a legal move")
-        confidence = getattr(answer, "confidence", None)
-        return MoveChoice(move, None if confidence is None else float(confidence), self.name)
+        return answer, move
 
     def choose(self, board: Board) -> Move:
         return self.choose_with_info(board).move
@@ -96,8 +99,8 @@ class SearchGuidedPlayer(ModelPlayer):
     """The model's move, unless a shallow material search shows it blunders.
 
     The search (:mod:`apps.xiangqi.search`) scores every legal move; a move whose score is more
-    than ``margin`` soldier units below the best is vetoed, and so is a move back to an earlier
-    position when another is left (the search ignores repetition). The model picks among the
+    than ``margin`` soldier units below the best is vetoed, and so is one that lets the game end
+    by repetition while another is left (:func:`sound_moves`). The model picks among the
     rest: its own answer when that survives, else the surviving move it gives the highest
     probability (all options' probabilities come from the same decode). The model still makes
     every choice the search cannot tell apart, which in quiet positions is all of them.
@@ -111,28 +114,30 @@ class SearchGuidedPlayer(ModelPlayer):
         self.overrides = 0  # model answers the search vetoed
 
     def choose_with_info(self, board: Board) -> MoveChoice:
-        from apps.xiangqi.render import move_question, position_document
-
-        legal = list(board.legal_moves)
-        if not legal:
-            raise ValueError("the side to move has no legal move: the game is over")
-        if len(legal) == 1:
-            return MoveChoice(legal[0], 1.0, self.name)
+        only = _only_move(board)
+        if only is not None:
+            return MoveChoice(only, 1.0, self.name)
         sound = sound_moves(board, self.search, self.margin)
-        with self._lock:
-            decision = _decide(self.model, position_document(board), move_question(board),
-                               self.threshold, return_probabilities=True)
-        answer = decision.answers[0]
-        move = Move.from_iccs(str(answer.value))
-        if move not in legal:
-            raise RuntimeError(f"the model answered {answer.value!r}, which is not a legal move")
+        answer, move = self._ask(board, return_probabilities=True)
         chosen = guided_pick(move, answer.option_probabilities, sound)
         if chosen == move:
-            confidence = getattr(answer, "confidence", None)
-            return MoveChoice(move, None if confidence is None else float(confidence), self.name)
+            return MoveChoice(move, _confidence(answer), self.name)
         self.overrides += 1
         probability = (answer.option_probabilities or {}).get(chosen.iccs())
         return MoveChoice(chosen, probability, f"{self.name}+search")
+
+
+def _only_move(board: Board) -> Move | None:
+    """The single legal move, if there is just one; raises when the game is over."""
+    legal = board.legal_moves
+    if not legal:
+        raise ValueError("the side to move has no legal move: the game is over")
+    return legal[0] if len(legal) == 1 else None
+
+
+def _confidence(answer: Any) -> float | None:
+    confidence = getattr(answer, "confidence", None)
+    return None if confidence is None else float(confidence)
 
 
 def sound_moves(board: Board, search: SearchConfig, margin: float) -> set[Move]:
