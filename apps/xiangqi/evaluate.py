@@ -197,6 +197,13 @@ def agreement_sample(games: Sequence[GameRecord], count: int, seed: int
     return out
 
 
+def _player_label(search: SearchConfig | None, margin: float) -> str:
+    """How the moves were chosen, as recorded in the results."""
+    if search is None:
+        return "policy"
+    return f"policy+search (depth {search.depth}, margin {margin:g})"
+
+
 def _phase(ply: int) -> str:
     return "opening (ply < 20)" if ply < 20 else "middle (20-79)" if ply < 80 else "late (80+)"
 
@@ -238,8 +245,7 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
         unseen_top1=unseen_hits / unseen if unseen else None, legal=legal,
         seconds=round(time.monotonic() - t0, 1),
         by_phase={k: {"n": len(v), "top1": sum(v) / len(v)} for k, v in sorted(phases.items())},
-        player="policy" if search is None else
-        f"policy+search (depth {search.depth}, margin {margin:g})",
+        player=_player_label(search, margin),
     )
 
 
@@ -332,8 +338,7 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
         opponent=opponent, games=games, max_plies=max_plies, wins=count["win"],
         draws=count["draw"], unfinished=count["unfinished"], losses=count["loss"],
         score=(count["win"] + (count["draw"] + count["unfinished"]) / 2) / games,
-        player="policy" if search is None else
-        f"policy+search (depth {search.depth}, margin {margin:g})",
+        player=_player_label(search, margin),
         overrides=sum(r["overrides"] for r in results),
         mean_material=sum(r["material"] for r in results) / games,
         model_moves=sum(r["model_moves"] for r in results),
