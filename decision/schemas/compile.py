@@ -140,6 +140,22 @@ def _guarded_transitions(regex: str, vocabulary: Vocabulary, field_name: str, ti
     return payload
 
 
+def _with_done(
+    src: list[int], tok: list[int], dst: list[int], accepting: list[int], done: int, eos: int,
+    budget: int,
+) -> TokenAutomaton:
+    """The automaton of answer edges ``src -tok-> dst`` over states ``0..done-1``, completed by
+    the ``[EOS]`` convention: each accepting state -> DONE (= ``done``), DONE -> DONE."""
+    src = [*src, *accepting, done]
+    tok = [*tok, *[eos] * len(accepting), eos]
+    dst = [*dst, *[done] * len(accepting), done]
+    accept = torch.zeros(done + 1, dtype=torch.bool)
+    accept[accepting] = True
+    accept[done] = True
+    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return TokenAutomaton(done + 1, as_long(src), as_long(tok), as_long(dst), accept, budget)
+
+
 def _to_automaton(
     initial: int, transitions: dict, finals: set[int], eos: int, budget: int, field_name: str
 ) -> TokenAutomaton:
@@ -160,25 +176,15 @@ def _to_automaton(
             src.append(states[state])
             tok.append(token_id)
             dst.append(states[nxt])
-    accept = torch.zeros(done + 1, dtype=torch.bool)
-    for state in finals:
-        if state in states:
-            accept[states[state]] = True
-            src.append(states[state])
-            tok.append(eos)
-            dst.append(done)
-    src.append(done)
-    tok.append(eos)
-    dst.append(done)
-    accept[done] = True
-    if len(src) > MAX_EDGES or done + 1 > MAX_STATES:
+    accepting = [states[state] for state in finals if state in states]
+    edges = len(src) + len(accepting) + 1
+    if edges > MAX_EDGES or done + 1 > MAX_STATES:
         raise SchemaError(
-            f"answer automaton too large ({done + 1} states, {len(src)} edges; limits "
+            f"answer automaton too large ({done + 1} states, {edges} edges; limits "
             f"{MAX_STATES} / {MAX_EDGES})",
             field_name,
         )
-    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-    return TokenAutomaton(done + 1, as_long(src), as_long(tok), as_long(dst), accept, budget)
+    return _with_done(src, tok, dst, accepting, done, eos, budget)
 
 
 def compile_regex(
@@ -228,20 +234,8 @@ def char_dfa_automaton(
                 src += [state] * len(token_ids)
                 tok += token_ids
                 dst += [target] * len(token_ids)
-    done = len(transitions)
-    eos = ctx.special.eos
-    for state, accepting in enumerate(accept):
-        if accepting:
-            src.append(state)
-            tok.append(eos)
-            dst.append(done)
-    src.append(done)
-    tok.append(eos)
-    dst.append(done)
-    accepting_states = torch.tensor([*accept, True], dtype=torch.bool)
-    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-    return TokenAutomaton(done + 1, as_long(src), as_long(tok), as_long(dst), accepting_states,
-                          budget)
+    accepting = [state for state, final in enumerate(accept) if final]
+    return _with_done(src, tok, dst, accepting, len(transitions), ctx.special.eos, budget)
 
 
 def literal_automaton(text: str, ctx: TokenizerContext, budget: int) -> TokenAutomaton:
@@ -257,14 +251,7 @@ def literal_automaton(text: str, ctx: TokenizerContext, budget: int) -> TokenAut
                 src += [i]
                 tok += [token_id]
                 dst += [j]
-    eos = ctx.special.eos
-    src += [n, n + 1]
-    tok += [eos, eos]
-    dst += [n + 1, n + 1]
-    accept = torch.zeros(n + 2, dtype=torch.bool)
-    accept[n:] = True
-    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-    return TokenAutomaton(n + 2, as_long(src), as_long(tok), as_long(dst), accept, budget)
+    return _with_done(src, tok, dst, [n], n + 1, ctx.special.eos, budget)
 
 
 def shortest_answer(automaton: TokenAutomaton) -> int:
