@@ -13,7 +13,7 @@ from decision.train.config import TrainConfig, config_from_dict, load_config
 from decision.train.data import Encoder, RowSource, slot_roles
 from decision.train.masking import ROLE_EXTRACTION, ROLE_PLAIN
 from decision.train.recipe import train
-from decision.train.rows import KIND_DOCUMENT, KIND_JOINT
+from decision.train.rows import KIND_DOCUMENT, KIND_JOINT, KIND_STANDALONE
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny.json"
@@ -75,6 +75,29 @@ def test_rows_follow_the_layout_and_dependencies() -> None:
     kinds = {source.row(i).kind for i in range(40)}
     assert KIND_DOCUMENT in kinds and KIND_JOINT in kinds
     assert source.row(7).block_ids == source.row(7).block_ids  # deterministic
+
+
+def test_focus_rows_ask_the_focus_types() -> None:
+    from apps.contracts.generator import generate_group
+    from decision.tokenizer import train_tokenizer
+
+    texts = [generate_group(s, 2).document for s in range(30)]
+    tok = train_tokenizer(texts, 400)
+    raw = json.loads(TINY.read_text())
+    raw["data"].update({"p_focus": 0.5, "focus_qtypes": ["monthly_payment", "late_fee_amount"]})
+    source = RowSource(config_from_dict(raw), tok)
+    rows = [source.row(i) for i in range(60)]
+    focus = [r for r in rows if r.kind == KIND_STANDALONE
+             and r.meta["qtypes"][0] in ("monthly_payment", "late_fee_amount")]
+    # about half the rows (binomial, n=60, p>=0.5): far above the few a plain draw gives
+    assert 15 <= len(focus) <= 45
+    assert [r.block_ids for r in rows[:5]] == [source.row(i).block_ids for i in range(5)]
+    raw["data"]["focus_qtypes"] = ["no_such_type"]
+    with pytest.raises(DecisionInputError, match="no_such_type"):
+        RowSource(config_from_dict(raw), tok)
+    raw["data"]["focus_qtypes"] = []
+    with pytest.raises(DecisionInputError, match="focus_qtypes"):
+        config_from_dict(raw)
 
 
 @pytest.fixture(scope="module")

@@ -61,6 +61,11 @@ class DataSection:
     # cross-entropy over its masked tokens, rows weighted equally) or "elbo" (MDLM's 1/rate).
     loss_weighting: str = "row_mean"
     val_groups: int = 64  # held-out groups scored every eval_every steps
+    # Focus: a share `p_focus` of rows are standalone items of a question whose type is in
+    # `focus_qtypes` (the types a model still gets wrong), taken from the first of the next
+    # FOCUS_SCAN groups that has one. Off by default.
+    focus_qtypes: tuple[str, ...] = ()
+    p_focus: float = 0.0
 
 
 @dataclass
@@ -163,6 +168,12 @@ def _check(cfg: TrainConfig) -> None:
     shares = (d.p_joint, d.p_standalone, d.p_document)
     if min(shares) < 0 or sum(shares) <= 0:
         raise DecisionInputError("data.p_* shares must be >= 0 with a positive sum", "data")
+    if not 0 <= d.p_focus < 1:
+        raise DecisionInputError("data.p_focus must lie in [0, 1)", "data.p_focus")
+    if not all(isinstance(t, str) for t in d.focus_qtypes):
+        raise DecisionInputError("data.focus_qtypes must be a list of strings", "data.focus_qtypes")
+    if d.p_focus > 0 and not d.focus_qtypes:
+        raise DecisionInputError("data.p_focus > 0 needs data.focus_qtypes", "data.focus_qtypes")
     if not 0 < d.t_min < 1:
         raise DecisionInputError("data.t_min must lie in (0, 1)", "data.t_min")
     if d.loss_weighting not in LOSS_WEIGHTINGS:

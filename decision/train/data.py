@@ -20,8 +20,10 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from apps.contracts.generator import generate_group
+from apps.contracts.questions import SCHEMAS
 from apps.contracts.splits import TRAIN, VALIDATION
 from apps.contracts.types import GeneratedQuestion, Group
+from decision.errors import DecisionInputError
 from decision.joint.layout import build_layout
 from decision.schemas.compile import tokenizer_context
 from decision.schemas.models import Question
@@ -122,6 +124,9 @@ def curriculum_level(step: int, cfg: TrainConfig, rng: random.Random) -> int:
     return 1 if rng.random() < share1 else 2
 
 
+FOCUS_SCAN = 64  # groups a focus row looks through for a question of a focus type
+
+
 class RowSource:
     """Deterministic stream of training rows: ``row(i)`` depends only on (run seed, i)."""
 
@@ -131,12 +136,23 @@ class RowSource:
         d = cfg.data
         total = d.p_joint + d.p_standalone + d.p_document
         self.cuts = (d.p_joint / total, (d.p_joint + d.p_standalone) / total)
+        unknown = sorted(set(d.focus_qtypes) - set(SCHEMAS))
+        if unknown:
+            raise DecisionInputError(
+                f"data.focus_qtypes has unknown question types {unknown}; known: {sorted(SCHEMAS)}",
+                "data.focus_qtypes",
+            )
+        self.focus = frozenset(d.focus_qtypes)
 
     def row(self, index: int) -> Row:
         cfg = self.cfg
         rng = random.Random(f"decision.train:{cfg.run.seed}:{index}")
         level = curriculum_level(index // cfg.optim.batch_size, cfg, rng)
         seed = TRAIN.start + (cfg.run.seed * 1_000_003 + index) % len(TRAIN)
+        if self.focus and rng.random() < cfg.data.p_focus:
+            focus_row = self._focus_row(seed, level, rng)
+            if focus_row is not None:
+                return focus_row
         group = generate_group(seed, level)
         u = rng.random()
         if u < self.cuts[0]:
@@ -146,6 +162,16 @@ class RowSource:
             return self.enc.group_row(group, [pick], KIND_STANDALONE)
         return self.enc.document_row(group.document, rng, cfg.data.doc_block_min,
                                      cfg.data.doc_block_max)
+
+    def _focus_row(self, seed: int, level: int, rng: random.Random) -> Row | None:
+        """A standalone row of a focus-type question from the first group at or after ``seed``
+        that has one (None if none of the next FOCUS_SCAN groups does)."""
+        for k in range(FOCUS_SCAN):
+            group = generate_group(TRAIN.start + (seed - TRAIN.start + k) % len(TRAIN), level)
+            hits = [i for i, q in enumerate(group.questions) if q.qtype in self.focus]
+            if hits:
+                return self.enc.group_row(group, [rng.choice(hits)], KIND_STANDALONE)
+        return None
 
 
 def tokenizer_corpus(cfg: TrainConfig) -> list[str]:
