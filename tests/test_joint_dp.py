@@ -181,3 +181,34 @@ def test_identity_cache_is_bounded_in_bytes_and_keyed_by_identity() -> None:
     cache.put((a,), 1, "a2", 40)  # replacing an entry does not count it twice
     assert cache.get((a,), 1) == "a2" and cache.get((c,), 1) == "c1"
     assert cache.get((object(),), 1) is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_narrowed_table_decodes_as_the_full_one(seed: int) -> None:
+    """Fixing a valid path's tokens one step at a time: the plan's table narrows (the big slot
+    drops the fillings a fixed token rules out) and every step's answer equals a fresh table's."""
+    gen = torch.Generator().manual_seed(seed)
+    free = TokenAutomaton(1, torch.tensor([0, 0, 0]), torch.tensor([0, 1, 2]),
+                          torch.tensor([0, 0, 0]), torch.tensor([True]), budget=7)
+    ends = TokenAutomaton(2, torch.tensor([0, 0, 1]), torch.tensor([0, 1, 2]),
+                          torch.tensor([0, 1, 1]), torch.tensor([False, True]), budget=7)
+    autos, length = [free, ends], 7
+    active = ActiveSlots.build(torch.arange(2), torch.zeros(2, length, dtype=torch.long), autos)
+    full_rows = len(active.table.tokens)
+    assert full_rows > 512  # big enough to be narrowed
+    fixed: dict[tuple[int, int], int] = {}
+    order = torch.randperm(2 * length, generator=gen).tolist()
+    for step in range(2 * length):
+        logp = torch.log_softmax(torch.randn(2, length, VOCAB, generator=gen) * 2, dim=-1)
+        for (k, t), v in fixed.items():
+            logp[k, t] = float("-inf")
+            logp[k, t, v] = 0.0
+        tokens, conf = active.decode(logp)
+        fresh = FillingTable.build([fillings(a, length) for a in autos])
+        want_tokens, _, want_conf = fresh.decode(logp.numpy())
+        assert tokens.tolist() == want_tokens.tolist()
+        assert torch.allclose(conf, torch.from_numpy(want_conf).float().clamp(0, 1), atol=1e-5)
+        k, t = divmod(order[step], length)
+        fixed[(k, t)] = int(tokens[k, t])  # fix a token of the best valid path
+    assert len(active.table.tokens) < full_rows  # it did narrow

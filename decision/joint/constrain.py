@@ -43,10 +43,14 @@ def _split(automata: tuple[TokenAutomaton, ...], width: int) -> _Split:
     return split
 
 
-@dataclass(frozen=True)
+@dataclass
 class ActiveSlots:
     """The slots a step decodes: ``index`` ``[Ka]`` (slot ids in the ``BlockState``) and their
-    ``positions`` ``[Ka, La]``, split into listed slots and slots left to the programmes."""
+    ``positions`` ``[Ka, La]``, split into listed slots and slots left to the programmes.
+
+    One decode's plan: its filling table narrows, step by step, to the fillings that agree with
+    the tokens fixed so far (the cached table it starts from is never changed).
+    """
 
     index: torch.Tensor
     positions: torch.Tensor
@@ -63,6 +67,8 @@ class ActiveSlots:
         index: torch.Tensor, positions: torch.Tensor, automata: Sequence[TokenAutomaton]
     ) -> ActiveSlots:
         listed, table, searched, packed = _split(tuple(automata), int(positions.shape[1]))
+        grid = positions.numpy()
+        real = grid >= 0
         return ActiveSlots(
             index=index,
             positions=positions,
@@ -70,9 +76,9 @@ class ActiveSlots:
             table=table,
             searched=searched,
             packed=packed,
-            real=(positions >= 0).numpy(),
-            clamped=positions.clamp(min=0).numpy(),
-            flat=positions[positions >= 0].numpy(),
+            real=real,
+            clamped=np.maximum(grid, 0),
+            flat=grid[real],
         )
 
     def decode(self, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,14 +88,16 @@ class ActiveSlots:
         Raises RuntimeError when a slot has no valid completion (an automaton/budget mismatch).
         """
         if self.packed is None and self.table is not None:  # the common case: all listed
-            tokens, score, confidence = self.table.decode(logp.numpy())
+            tokens, score, confidence = self._decode_listed(logp.numpy())
         else:
             tokens = np.zeros(self.positions.shape, dtype=np.int64)
             confidence = np.zeros(self.positions.shape, dtype=np.float32)
             score = np.zeros(len(tokens), dtype=np.float32)
             if self.table is not None:
                 rows = self.listed
-                tokens[rows], score[rows], confidence[rows] = self.table.decode(logp.numpy()[rows])
+                tokens[rows], score[rows], confidence[rows] = self._decode_listed(
+                    logp.numpy()[rows]
+                )
             assert self.packed is not None
             rows = self.searched
             weights = self.packed.edge_weights(logp[torch.from_numpy(rows)])
@@ -100,3 +108,13 @@ class ActiveSlots:
             raise RuntimeError("a slot has no valid completion (automaton/budget mismatch)")
         confidence = np.clip(confidence, 0.0, 1.0).astype(np.float32, copy=False)
         return torch.from_numpy(tokens), torch.from_numpy(confidence)
+
+    def _decode_listed(self, logp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The listed slots' decode; then their table drops the fillings it ruled out."""
+        assert self.table is not None
+        weight = self.table.weights(logp)
+        result = self.table.decode(logp, weight)
+        narrower = self.table.narrowed(weight)
+        if narrower is not None:
+            self.table = narrower
+        return result

@@ -70,25 +70,31 @@ class BlockState:
         """The slots with masked tokens (None when there are none) and how each is decoded.
 
         The plan covers every row's slots (a policy deciding only ``selectable`` rows ignores
-        the others' results), so the samplers of a mixed batch share it. It is rebuilt only when
-        at most a quarter of its slots are still live: finished slots are one-hot rows, cheap
-        to carry, and a rebuild costs more than a few steps of them.
+        the others' results), so the samplers of a mixed batch share it. A plan of listed slots
+        only is kept to the end of the decode: its table has narrowed to the fillings still
+        possible (one row for a finished slot), which a rebuild would throw away. A plan with
+        slots left to the programmes is rebuilt when at most a quarter of its slots are still
+        live: finished slots are one-hot rows there, cheap to carry for a few steps only.
         """
         live = self.slot_masked().any(-1)
         if not live.any():
             return None
         if self._pack is not None:
             still = live[self._pack_slots]
-            if still.sum() == live.sum() and 4 * still.sum() > len(still):
+            if still.sum() == live.sum() and (
+                self._pack.packed is None or 4 * still.sum() > len(still)
+            ):
                 return self._pack
         start = time.perf_counter()
         key = np.flatnonzero(live)
-        index = torch.from_numpy(key)
-        positions = self.positions[index]
-        width = int((positions >= 0).sum(-1).max())
+        assert self._slot_real is not None  # set by slot_masked()
+        width = int(self._slot_real[key].sum(-1).max())
+        positions = self.positions.numpy()[key, :width]  # NumPy: a few us an op, not torch's
         automata = [self.slot_automata[i] for i in key.tolist()]
         self._pack_slots = key
-        self._pack = ActiveSlots.build(index, positions[:, :width], automata)
+        self._pack = ActiveSlots.build(
+            torch.from_numpy(key), torch.from_numpy(positions), automata
+        )
         self.plan_seconds += time.perf_counter() - start
         return self._pack
 
