@@ -27,6 +27,7 @@ from decision.errors import DecisionInputError
 TASKS = ("contracts",)
 MODES = ("joint", "standalone")
 MIN_SCOPES = ("row", "slot")
+COMMITS = ("token", "answer")
 
 
 def _requests(groups: Sequence[Any], mode: str) -> list[dict[str, Any]]:
@@ -51,16 +52,18 @@ def evaluate_groups(
     batch_size: int = 16,
     log: Any = None,
     min_scope: str = "row",
+    commit: str = "token",
 ) -> tuple[list[Any], dict[str, list[float]]]:
     """Decode every group in both modes; return metric records and per-group latencies (ms).
 
     ``min_scope``: the decoder's minimum-progress rule (``EngineConfig.min_scope``): at least one
-    token a step per pass ("row", the default) or per answer slot ("slot").
+    token a step per pass ("row", the default) or per answer slot ("slot"); ``commit``: a token
+    that rule picks is fixed alone ("token") or with the rest of its answer ("answer").
     """
     from decision.joint.engine import EngineConfig
     from decision.metrics import Record
 
-    config = EngineConfig(min_scope=min_scope)
+    config = EngineConfig(min_scope=min_scope, commit=commit)
 
     records: list[Record] = []
     latency: dict[str, list[float]] = {m: [] for m in MODES}
@@ -102,6 +105,7 @@ def run_eval(
     out_dir: str | None = None,
     n_boot: int = 2000,
     min_scope: str = "row",
+    commit: str = "token",
 ) -> tuple[dict[str, Any], str]:
     """Evaluate and return (JSON-ready result, Markdown report); write both when ``out_dir``."""
     import torch
@@ -117,6 +121,8 @@ def run_eval(
         raise DecisionInputError("--batch-size must be >= 1", "batch_size")
     if min_scope not in MIN_SCOPES:
         raise DecisionInputError(f"--min-scope must be one of {MIN_SCOPES}", "min_scope")
+    if commit not in COMMITS:
+        raise DecisionInputError(f"--commit must be one of {COMMITS}", "commit")
     splits = {split_of(s) for s in (seed_start, seed_start + groups - 1)}
     if "train" in splits:
         print("warning: these seeds are TRAIN seeds; use TEST seeds (from 20000000) for "
@@ -127,7 +133,7 @@ def run_eval(
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    records, latency = evaluate_groups(model, data, batch_size, log, min_scope)
+    records, latency = evaluate_groups(model, data, batch_size, log, min_scope, commit)
     result, report = summarize(records, n_boot=n_boot)
     result["latency_per_group"] = latency_summary(latency)
     result["setup"] = {
@@ -135,12 +141,15 @@ def run_eval(
         "splits": sorted(s or "none" for s in splits), "model": model_dir or "models/default",
         "batch_size": batch_size, "questions": len(records) // len(MODES),
         "threads": torch.get_num_threads(), "min_scope": min_scope,
+        "commit": commit,
     }
     lat = result["latency_per_group"]
     report = (
         f"Contracts, level {level}, seeds {seed_start}..{seed_start + groups - 1} "
         f"({result['setup']['questions']} questions), model {result['setup']['model']}, "
-        f"at least one token a step per {'pass' if min_scope == 'row' else 'answer slot'}.\n\n"
+        f"at least one token a step per {'pass' if min_scope == 'row' else 'answer slot'}"
+        + (", with its whole answer" if commit == "answer" else "")
+        + ".\n\n"
         + report
         + "\n\nLatency per group (batch wall time / groups, batch "
         + f"{batch_size}, CPU threads {torch.get_num_threads()}): "
@@ -171,6 +180,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-scope", choices=MIN_SCOPES, default="row",
                         help="at least one token a step per pass (row, the default) or per "
                              "answer slot (slot)")
+    parser.add_argument("--commit", choices=COMMITS, default="token",
+                        help="a token that minimum picks is fixed alone (token, the default) or "
+                             "with the rest of its answer (answer)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -179,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     _, report = run_eval(args.model, args.seed_start, args.groups, args.level, args.batch_size,
-                         args.out, min_scope=args.min_scope)
+                         args.out, min_scope=args.min_scope, commit=args.commit)
     print(report)
     return 0
 

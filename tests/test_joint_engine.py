@@ -121,6 +121,20 @@ def test_slot_scope_fixes_one_token_per_slot(model) -> None:
         assert a.text  # every slot decoded to a valid, non-empty answer
 
 
+def test_answer_commit_decides_one_answer_a_step(model) -> None:
+    """At threshold 1.0 nothing passes the threshold: the minimum picks one token a step and
+    commits its whole answer, so the steps are the questions; every answer is still valid."""
+    whole = decide(model, DOC, QUESTIONS, threshold=1.0, config=EngineConfig(commit="answer"))
+    assert whole.steps == len(QUESTIONS)
+    tokens = _slot_tokens(model, QUESTIONS)
+    assert whole.tokens_per_forward == pytest.approx(tokens / len(QUESTIONS))
+    for a in whole.answers:
+        assert a.text
+    at_once = decide(model, DOC, QUESTIONS, threshold=1.0,
+                     config=EngineConfig(min_scope="slot", commit="answer"))
+    assert at_once.steps == 1
+
+
 def test_model_methods_delegate(model) -> None:
     via_model = model.decide(DOC, QUESTIONS[:1], mode="standalone", threshold=0.5)
     direct = decide(model, DOC, QUESTIONS[:1], mode="standalone", threshold=0.5)

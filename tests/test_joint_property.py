@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from decision.joint.engine import decide
+from decision.joint.engine import EngineConfig, decide
 from decision.joint.toy import lease_document, toy_model
 from decision.schemas.json_subset import validate
 from decision.schemas.models import Question
@@ -73,15 +73,17 @@ def _valid(question: Question, value, text: str) -> bool:
     schemas=st.lists(answer_schemas(), min_size=1, max_size=3),
     threshold=st.sampled_from([0.3, 0.9]),
     max_steps=st.sampled_from([None, None, 2]),
+    policy=st.sampled_from([EngineConfig(), EngineConfig(min_scope="slot"),
+                            EngineConfig(commit="answer")]),
 )
-def test_every_answer_validates(model, schemas, threshold, max_steps) -> None:
+def test_every_answer_validates(model, schemas, threshold, max_steps, policy) -> None:
     questions = [
         Question.model_validate({"id": f"q{i}", "text": f"Question {i}?", "answer": s})
         for i, s in enumerate(schemas)
     ]
     for mode in ("joint", "standalone"):
         decision = decide(model, DOC, questions, mode=mode, threshold=threshold,
-                          max_steps=max_steps)
+                          max_steps=max_steps, config=policy)
         assert decision.mode == mode
         for question, answer in zip(questions, decision.answers, strict=True):
             assert answer.id == question.id

@@ -35,7 +35,7 @@ def seed() -> int:
     return s
 
 
-@pytest.mark.parametrize("t", [1, 7, 63, 65, 200])
+@pytest.mark.parametrize("t", [1, 7, 8, 9, 63, 65, 200])  # 8 | 9: step by step | chunks
 @pytest.mark.parametrize("hk,hv", [(1, 1), (2, 4)])
 @pytest.mark.parametrize("gate", ["mixed", "near0", "near1"])
 def test_chunk_equals_recurrence(t: int, hk: int, hv: int, gate: str, seed: int) -> None:

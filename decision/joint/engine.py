@@ -50,12 +50,14 @@ class EngineConfig:
     whose slot alone is larger runs standalone). ``reuse_document_cache``: prefill each document
     once and commit the questions onto it; off, every row prefills its whole history.
     ``min_scope``: the default sampler's "at least one token a step" applies per pass ("row")
-    or per answer slot ("slot"); see ``ThresholdSamplerConfig``.
+    or per answer slot ("slot"); ``commit``: a token that rule picks is fixed alone ("token")
+    or with the rest of its answer ("answer"); see ``ThresholdSamplerConfig``.
     """
 
     max_block_tokens: int = 256
     reuse_document_cache: bool = True
     min_scope: Literal["row", "slot"] = "row"
+    commit: Literal["token", "answer"] = "token"
 
 
 @dataclass
@@ -413,7 +415,9 @@ def _samplers(
     return [
         (
             torch.tensor(members),
-            ConstrainedThresholdSampler(ThresholdSamplerConfig(threshold, 1, config.min_scope)),
+            ConstrainedThresholdSampler(
+                ThresholdSamplerConfig(threshold, 1, config.min_scope, config.commit)
+            ),
         )
         for threshold, members in by_threshold.items()
     ]

@@ -146,11 +146,16 @@ class ThresholdSamplerConfig:
     At least ``min_tokens`` are fixed each step in every row (``min_scope="row"``: one pass of
     one request) or in every slot (``"slot"``: each answer progresses every step, as a batch of
     standalone rows would; slots' automata are independent, so validity is kept).
+    ``commit``: what a token picked by that minimum brings with it: nothing more (``"token"``)
+    or the rest of its slot's best valid completion (``"answer"``): the answer it begins is
+    decided whole, so a step decides at least one uncertain answer instead of one uncertain
+    token, and the answers still come one at a time, the most confident first.
     """
 
     threshold: float = 0.9
     min_tokens: int = 1
     min_scope: Literal["row", "slot"] = "row"
+    commit: Literal["token", "answer"] = "token"
 
 
 class ConstrainedThresholdSampler:
@@ -195,14 +200,20 @@ class ConstrainedThresholdSampler:
         chosen = masked & (scores > self.config.threshold)
         minimum = self.config.min_tokens
         if self.config.min_scope == "slot":
-            chosen |= self._slot_minimum(scores, masked, chosen, active)
+            extra = self._slot_minimum(scores, masked, chosen, active)
+            if self.config.commit == "answer":
+                extra |= self._whole_slots(extra, masked, active)
+            chosen |= extra
         else:
             need = masked.any(-1) & (chosen.sum(-1) < minimum)
             if need.any():  # the most confident masked tokens (lowest column on ties)
                 top = np.argsort(-scores, axis=1, kind="stable")[:, :minimum]
                 extra = np.zeros_like(chosen)
                 np.put_along_axis(extra, top, True, axis=1)
-                chosen |= extra & masked & need[:, None]
+                extra &= masked & need[:, None]
+                if self.config.commit == "answer":
+                    extra |= self._whole_slots(extra, masked, active)
+                chosen |= extra
         if force is not None:  # rows out of steps: fix the rest of their Viterbi paths
             chosen |= masked & force.numpy()[:, None]
         if state.wants_options:
@@ -218,6 +229,15 @@ class ConstrainedThresholdSampler:
         state.masked = torch.from_numpy(all_masked & ~chosen)
         fixed = torch.from_numpy(chosen.sum(-1))
         return StepReport(fixed, time.perf_counter() - start, constraint)
+
+    @staticmethod
+    def _whole_slots(picked: np.ndarray, masked: np.ndarray, active: ActiveSlots) -> np.ndarray:
+        """Every masked position of the slots that own a ``picked`` position."""
+        real, pos = active.real, active.clamped
+        hit = (real & picked.reshape(-1)[pos]).any(-1)
+        whole = np.zeros(masked.size, dtype=bool)
+        whole[pos[real & hit[:, None]]] = True
+        return whole.reshape(masked.shape) & masked
 
     def _slot_minimum(
         self, scores: np.ndarray, masked: np.ndarray, chosen: np.ndarray, active: ActiveSlots
