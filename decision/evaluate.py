@@ -52,13 +52,14 @@ def evaluate_groups(
     batch_size: int = 16,
     log: Any = None,
     min_scope: str = "row",
-    commit: str = "token",
+    commit: str = "answer",
 ) -> tuple[list[Any], dict[str, list[float]]]:
     """Decode every group in both modes; return metric records and per-group latencies (ms).
 
     ``min_scope``: the decoder's minimum-progress rule (``EngineConfig.min_scope``): at least one
     token a step per pass ("row", the default) or per answer slot ("slot"); ``commit``: a token
-    that rule picks is fixed alone ("token") or with the rest of its answer ("answer").
+    that rule picks is fixed with the rest of its answer ("answer", the default) or alone
+    ("token").
     """
     from decision.joint.engine import EngineConfig
     from decision.metrics import Record
@@ -105,7 +106,7 @@ def run_eval(
     out_dir: str | None = None,
     n_boot: int = 2000,
     min_scope: str = "row",
-    commit: str = "token",
+    commit: str = "answer",
 ) -> tuple[dict[str, Any], str]:
     """Evaluate and return (JSON-ready result, Markdown report); write both when ``out_dir``."""
     import torch
@@ -148,7 +149,7 @@ def run_eval(
         f"Contracts, level {level}, seeds {seed_start}..{seed_start + groups - 1} "
         f"({result['setup']['questions']} questions), model {result['setup']['model']}, "
         f"at least one token a step per {'pass' if min_scope == 'row' else 'answer slot'}"
-        + (", with its whole answer" if commit == "answer" else "")
+        + (", with its whole answer" if commit == "answer" else ", alone")
         + ".\n\n"
         + report
         + "\n\nLatency per group (batch wall time / groups, batch "
@@ -180,9 +181,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-scope", choices=MIN_SCOPES, default="row",
                         help="at least one token a step per pass (row, the default) or per "
                              "answer slot (slot)")
-    parser.add_argument("--commit", choices=COMMITS, default="token",
-                        help="a token that minimum picks is fixed alone (token, the default) or "
-                             "with the rest of its answer (answer)")
+    parser.add_argument("--commit", choices=COMMITS, default="answer",
+                        help="a token that minimum picks is fixed with the rest of its answer "
+                             "(answer, the default) or alone (token)")
 
 
 def run(args: argparse.Namespace) -> int:

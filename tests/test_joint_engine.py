@@ -83,13 +83,17 @@ def _slot_tokens(model, questions) -> int:
     return sum(compile_answer(Question.model_validate(q).answer, ctx).budget for q in questions)
 
 
+TOKEN = EngineConfig(commit="token")  # the minimum fixes one token alone
+
+
 def test_steps_bounded_and_threshold_one_is_sequential(model) -> None:
     masked = _slot_tokens(model, QUESTIONS)
-    one = decide(model, DOC, QUESTIONS, threshold=1.0)
+    one = decide(model, DOC, QUESTIONS, threshold=1.0, config=TOKEN)
     assert one.steps == masked and one.tokens_per_forward == pytest.approx(1.0)
     for threshold in (0.3, 0.7, 0.9):
-        d = decide(model, DOC, QUESTIONS, threshold=threshold)
-        assert 1 <= d.steps <= masked
+        for config in (TOKEN, EngineConfig()):
+            d = decide(model, DOC, QUESTIONS, threshold=threshold, config=config)
+            assert 1 <= d.steps <= masked
 
 
 def test_lower_threshold_fewer_steps(model) -> None:
@@ -101,8 +105,8 @@ def test_lower_threshold_fewer_steps(model) -> None:
                                                  "maximum": 2026}},
     ]
     masked = _slot_tokens(model, questions)
-    strict = decide(model, DOC, questions, threshold=1.0)
-    loose = decide(model, DOC, questions, threshold=0.9)
+    strict = decide(model, DOC, questions, threshold=1.0, config=TOKEN)
+    loose = decide(model, DOC, questions, threshold=0.9, config=TOKEN)
     assert strict.steps == masked
     assert loose.steps < strict.steps
     assert loose.answers[1].value == 2026 and loose.answers[1].confidence == pytest.approx(1.0)
@@ -114,7 +118,7 @@ def test_slot_scope_fixes_one_token_per_slot(model) -> None:
     ctx = tokenizer_context(model.tokenizer)
     budgets = [compile_answer(Question.model_validate(q).answer, ctx).budget for q in QUESTIONS]
     per_slot = decide(model, DOC, QUESTIONS, threshold=1.0,
-                      config=EngineConfig(min_scope="slot"))
+                      config=EngineConfig(min_scope="slot", commit="token"))
     assert per_slot.steps == max(budgets)
     assert per_slot.tokens_per_forward == pytest.approx(sum(budgets) / max(budgets))
     for a in per_slot.answers:
@@ -122,9 +126,9 @@ def test_slot_scope_fixes_one_token_per_slot(model) -> None:
 
 
 def test_answer_commit_decides_one_answer_a_step(model) -> None:
-    """At threshold 1.0 nothing passes the threshold: the minimum picks one token a step and
-    commits its whole answer, so the steps are the questions; every answer is still valid."""
-    whole = decide(model, DOC, QUESTIONS, threshold=1.0, config=EngineConfig(commit="answer"))
+    """At threshold 1.0 nothing passes the threshold: the minimum (by default) picks one token a
+    step and commits its whole answer, so the steps are the questions; every answer is valid."""
+    whole = decide(model, DOC, QUESTIONS, threshold=1.0)
     assert whole.steps == len(QUESTIONS)
     tokens = _slot_tokens(model, QUESTIONS)
     assert whole.tokens_per_forward == pytest.approx(tokens / len(QUESTIONS))

@@ -74,7 +74,7 @@ def _valid(question: Question, value, text: str) -> bool:
     threshold=st.sampled_from([0.3, 0.9]),
     max_steps=st.sampled_from([None, None, 2]),
     policy=st.sampled_from([EngineConfig(), EngineConfig(min_scope="slot"),
-                            EngineConfig(commit="answer")]),
+                            EngineConfig(commit="token")]),
 )
 def test_every_answer_validates(model, schemas, threshold, max_steps, policy) -> None:
     questions = [

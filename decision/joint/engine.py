@@ -50,14 +50,14 @@ class EngineConfig:
     whose slot alone is larger runs standalone). ``reuse_document_cache``: prefill each document
     once and commit the questions onto it; off, every row prefills its whole history.
     ``min_scope``: the default sampler's "at least one token a step" applies per pass ("row")
-    or per answer slot ("slot"); ``commit``: a token that rule picks is fixed alone ("token")
-    or with the rest of its answer ("answer"); see ``ThresholdSamplerConfig``.
+    or per answer slot ("slot"); ``commit``: a token that rule picks is fixed with the rest of
+    its answer ("answer", the default) or alone ("token"); see ``ThresholdSamplerConfig``.
     """
 
     max_block_tokens: int = 256
     reuse_document_cache: bool = True
     min_scope: Literal["row", "slot"] = "row"
-    commit: Literal["token", "answer"] = "token"
+    commit: Literal["token", "answer"] = "answer"
 
 
 @dataclass

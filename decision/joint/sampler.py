@@ -146,16 +146,16 @@ class ThresholdSamplerConfig:
     At least ``min_tokens`` are fixed each step in every row (``min_scope="row"``: one pass of
     one request) or in every slot (``"slot"``: each answer progresses every step, as a batch of
     standalone rows would; slots' automata are independent, so validity is kept).
-    ``commit``: what a token picked by that minimum brings with it: nothing more (``"token"``)
-    or the rest of its slot's best valid completion (``"answer"``): the answer it begins is
-    decided whole, so a step decides at least one uncertain answer instead of one uncertain
-    token, and the answers still come one at a time, the most confident first.
+    ``commit``: what a token picked by that minimum brings with it: the rest of its slot's best
+    valid completion (``"answer"``, the default: the answer it begins is decided whole, so a
+    step decides at least one uncertain answer instead of one uncertain token, and the answers
+    still come one at a time, the most confident first) or nothing more (``"token"``).
     """
 
     threshold: float = 0.9
     min_tokens: int = 1
     min_scope: Literal["row", "slot"] = "row"
-    commit: Literal["token", "answer"] = "token"
+    commit: Literal["token", "answer"] = "answer"
 
 
 class ConstrainedThresholdSampler:
@@ -165,9 +165,9 @@ class ConstrainedThresholdSampler:
     confidence of each of its tokens = its marginal probability among valid completions under
     the model's factorised distribution (forward-backward). Masked tokens with confidence
     strictly above the threshold are fixed (Fast-dLLM's parallel rule), and in every row with
-    masked tokens at least ``min_tokens`` of the most confident ones, so threshold 1.0 fixes one
-    token a step. Fixing tokens of a valid path keeps a valid completion possible: every answer
-    parses.
+    masked tokens at least ``min_tokens`` of the most confident ones, each with the rest of its
+    answer (``commit="answer"``) or alone (``"token"``: then threshold 1.0 fixes one token a
+    step). Fixing tokens of a valid path keeps a valid completion possible: every answer parses.
     """
 
     def __init__(self, config: ThresholdSamplerConfig | None = None) -> None:
