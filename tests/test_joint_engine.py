@@ -158,8 +158,13 @@ def test_decide_many_equals_single_calls(model) -> None:
         {"document": DOC, "questions": QUESTIONS, "threshold": 0.8},
         {"document": other, "questions": QUESTIONS[:2], "mode": "standalone"},
         {"document": other, "questions": [QUESTIONS[2]], "threshold": 1.0},
+        {"document": DOC, "questions": QUESTIONS, "threshold": 1.0, "commit": "token"},
+        {"document": DOC, "questions": QUESTIONS, "threshold": 1.0, "commit": "answer"},
     ]
     batched = decide_many(model, requests)
+    # per request: one token a step with "token", one answer a step with "answer"
+    assert batched[3].steps == _slot_tokens(model, QUESTIONS)
+    assert batched[4].steps == len(QUESTIONS)
     for request, got in zip(requests, batched, strict=True):
         alone = decide(model, **request)
         assert _values(got) == _values(alone)
@@ -203,6 +208,7 @@ def test_pydantic_questions_accepted(model) -> None:
         ({"threshold": 1.5}, "threshold"),
         ({"threshold": float("nan")}, "threshold"),
         ({"max_steps": 0}, "max_steps"),
+        ({"commit": "slot"}, "commit"),
     ],
 )
 def test_bad_input(model, kwargs, field) -> None:

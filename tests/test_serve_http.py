@@ -79,6 +79,15 @@ def test_health_models_docs(server: str) -> None:
     assert "422" in spec["paths"]["/decide"]["post"]["responses"]
 
 
+def test_commit_option_sets_the_steps(server: str) -> None:
+    """threshold 1.0: one token a step with commit "token", one answer a step by default."""
+    token = httpx.post(f"{server}/decide", json=_body(threshold=1.0, commit="token"), timeout=120)
+    whole = httpx.post(f"{server}/decide", json=_body(threshold=1.0), timeout=120)
+    assert token.status_code == whole.status_code == 200, (token.text, whole.text)
+    assert whole.json()["steps"] == 3  # the three questions, one a step
+    assert token.json()["steps"] > 3  # every slot token, one a step
+
+
 @pytest.mark.parametrize("mode", ["joint", "standalone", "auto"])
 def test_a_decision_in_each_mode(server: str, mode: str) -> None:
     response = httpx.post(f"{server}/decide", json=_body(mode=mode, return_probabilities=True),
@@ -222,6 +231,8 @@ BAD_REQUESTS: list[tuple[str, Any, int, str, str | None]] = [
     ("max_steps zero", _with(options={"max_steps": 0}), 422, "validation_error",
      "options.max_steps"),
     ("options not an object", _with(options="fast"), 422, "validation_error", "options"),
+    ("unknown commit", _with(options={"commit": "slot"}), 422, "validation_error",
+     "options.commit"),
     ("unknown option", _with(options={"temperature": 0.7}), 422, "validation_error",
      "options.temperature"),
     ("integer minimum above maximum", _question({"type": "integer", "minimum": 5, "maximum": 1}),
@@ -353,7 +364,8 @@ _JSON = st.recursive(
     max_leaves=12,
 )
 _PATHS = [("document",), ("questions",), ("mode",), ("options",), ("options", "threshold"),
-          ("options", "max_steps"), ("options", "return_probabilities"), ("questions", 0),
+          ("options", "max_steps"), ("options", "return_probabilities"), ("options", "commit"),
+          ("questions", 0),
           ("questions", 0, "id"), ("questions", 0, "text"), ("questions", 0, "answer"),
           ("questions", 0, "answer", "type"), ("questions", 2, "answer", "options"),
           ("questions", 1, "answer", "minimum"), ("questions", 1, "answer", "maximum")]

@@ -39,6 +39,7 @@ from decision.schemas.models import Question
 from decision.tokenizer import MAX_QUESTIONS
 
 MODES = ("joint", "standalone", "auto")
+COMMITS = ("answer", "token")
 MAX_QUESTIONS_PER_REQUEST = 64
 
 
@@ -72,6 +73,7 @@ class _Request:
     threshold: float
     max_steps: int | None
     return_probabilities: bool
+    commit: str  # what the sampler's minimum fixes with a token (ThresholdSamplerConfig)
     passes: list[tuple[str, list[int]]]  # (kind, question indices)
 
 
@@ -94,13 +96,17 @@ def decide(
     max_steps: Any = None,
     return_probabilities: bool = False,
     *,
+    commit: Any = None,
     sampler: Sampler | None = None,
     config: EngineConfig | None = None,
 ) -> Decision:
-    """Answer ``questions`` about ``document`` with ``model`` (see docs/decoding.md)."""
+    """Answer ``questions`` about ``document`` with ``model`` (see docs/decoding.md).
+
+    ``commit``: "answer" or "token" (``ThresholdSamplerConfig``); None takes ``config``'s.
+    """
     request = DecisionRequest(
         document=document, questions=questions, mode=mode, threshold=threshold,
-        max_steps=max_steps, return_probabilities=return_probabilities,
+        max_steps=max_steps, return_probabilities=return_probabilities, commit=commit,
     )
     return decide_many(model, [request], sampler=sampler, config=config)[0]
 
@@ -171,6 +177,11 @@ def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str)
         raise DecisionInputError(
             f"threshold must be a number in (0, 1], got {threshold!r}", where + "threshold"
         )
+    commit = config.commit if raw.commit is None else raw.commit
+    if commit not in COMMITS:
+        raise DecisionInputError(
+            f"commit must be one of {list(COMMITS)} or None, got {commit!r}", where + "commit"
+        )
     max_steps = raw.max_steps
     if max_steps is not None and (
         isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
@@ -193,6 +204,7 @@ def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str)
         threshold=float(threshold),
         max_steps=max_steps,
         return_probabilities=bool(raw.return_probabilities),
+        commit=commit,
         passes=_plan(mode, automata, config),
     )
 
@@ -406,20 +418,21 @@ def _run(
 def _samplers(
     requests: list[_Request], sampler: Sampler | None, config: EngineConfig
 ) -> list[tuple[torch.Tensor, Sampler]]:
-    """One sampler per distinct threshold (requests in a batch may differ), or the given one."""
+    """One sampler per distinct (threshold, commit) (requests in a batch may differ), or the
+    given one."""
     if sampler is not None:
         return [(torch.arange(len(requests)), sampler)]
-    by_threshold: dict[float, list[int]] = {}
+    by_policy: dict[tuple[float, str], list[int]] = {}
     for r, req in enumerate(requests):
-        by_threshold.setdefault(req.threshold, []).append(r)
+        by_policy.setdefault((req.threshold, req.commit), []).append(r)
     return [
         (
             torch.tensor(members),
             ConstrainedThresholdSampler(
-                ThresholdSamplerConfig(threshold, 1, config.min_scope, config.commit)
+                ThresholdSamplerConfig(threshold, 1, config.min_scope, commit)  # type: ignore[arg-type]
             ),
         )
-        for threshold, members in by_threshold.items()
+        for (threshold, commit), members in by_policy.items()
     ]
 
 

@@ -44,3 +44,4 @@ class DecisionRequest(BaseModel):
     threshold: Any = 0.9
     max_steps: Any = None
     return_probabilities: bool = False
+    commit: Any = None  # "answer" | "token"; None: the engine's (EngineConfig.commit)

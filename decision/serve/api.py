@@ -25,6 +25,12 @@ class DecideOptions(BaseModel):
         0.9, gt=0.0, le=1.0,
         description="Fix every masked token whose probability passes this (at least one a step).",
     )
+    commit: Literal["answer", "token"] | None = Field(
+        None,
+        description="When no token passes the threshold, the most confident one is fixed with "
+        "the rest of its answer ('answer') or alone ('token'). None: the service's default "
+        "('answer').",
+    )
     max_steps: int | None = Field(
         None, ge=1, le=4096, description="At most this many denoising steps (None: as needed)."
     )

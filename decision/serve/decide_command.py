@@ -25,6 +25,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threshold", type=float, default=None, help="confidence threshold (0, 1]")
     p.add_argument("--max-steps", type=int, default=None, help="denoising steps at most")
+    p.add_argument("--commit", choices=["answer", "token"], default=None,
+                   help="what the at-least-one-a-step rule fixes: a whole answer (the default) "
+                        "or one token")
     p.add_argument("--probabilities", action="store_true",
                    help="include option probabilities (choice and boolean)")
     p.set_defaults(func=run)
@@ -50,7 +53,8 @@ def read_body(args: argparse.Namespace) -> Any:
     if not isinstance(spec, dict):
         raise DecisionInputError(f"{args.questions}: expected a list or an object", "questions")
     options = dict(spec.get("options") or {})
-    for key, value in (("threshold", args.threshold), ("max_steps", args.max_steps)):
+    for key, value in (("threshold", args.threshold), ("max_steps", args.max_steps),
+                       ("commit", args.commit)):
         if value is not None:
             options[key] = value
     if args.probabilities:

@@ -77,6 +77,7 @@ class ModelEngine:
             threshold=body.options.threshold,
             max_steps=body.options.max_steps,
             return_probabilities=body.options.return_probabilities,
+            commit=body.options.commit,
         )
         # The decoder's checks: mode, options, question count (8 at most in joint mode), each
         # schema compiled to its automaton (cached for the decode), then the layout of every
