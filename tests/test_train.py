@@ -77,6 +77,19 @@ def test_rows_follow_the_layout_and_dependencies() -> None:
     assert source.row(7).block_ids == source.row(7).block_ids  # deterministic
 
 
+def test_reshaped_integer_bounds_hold_the_gold_answer() -> None:
+    import random
+
+    from decision.train.data import reshaped_integer
+
+    rng = random.Random(3)
+    answer = {"type": "integer", "minimum": 0, "maximum": 1000}
+    seen = {reshaped_integer(answer, 25, rng)["maximum"] for _ in range(200)}
+    assert seen == {99, 999, 9999, 99999, 999999}  # narrower and wider than 1000, all >= 25
+    day = {"type": "integer", "minimum": 1, "maximum": 31}
+    assert reshaped_integer(day, 0, rng)["maximum"] >= 1
+
+
 def test_focus_rows_ask_the_focus_types() -> None:
     from apps.contracts.generator import generate_group
     from decision.tokenizer import train_tokenizer

@@ -66,6 +66,10 @@ class DataSection:
     # FOCUS_SCAN groups that has one. Off by default.
     focus_qtypes: tuple[str, ...] = ()
     p_focus: float = 0.0
+    # Each integer question of a row gets, with this probability, other bounds that still hold
+    # its gold answer (``reshaped_integer``): slots of every width, so that what the model learns
+    # to read does not depend on one width per question type. Off by default.
+    p_reshape_integer: float = 0.0
 
 
 @dataclass
@@ -168,6 +172,8 @@ def _check(cfg: TrainConfig) -> None:
     shares = (d.p_joint, d.p_standalone, d.p_document)
     if min(shares) < 0 or sum(shares) <= 0:
         raise DecisionInputError("data.p_* shares must be >= 0 with a positive sum", "data")
+    if not 0 <= d.p_reshape_integer <= 1:
+        raise DecisionInputError("data.p_reshape_integer must lie in [0, 1]", "data")
     if not 0 <= d.p_focus < 1:
         raise DecisionInputError("data.p_focus must lie in [0, 1)", "data.p_focus")
     if not all(isinstance(t, str) for t in d.focus_qtypes):

@@ -33,6 +33,14 @@ from decision.train.rows import KIND_DOCUMENT, KIND_JOINT, KIND_STANDALONE, Row
 from decision.train.validate import accuracy_report, score_rows
 
 
+def reshaped_integer(answer: dict[str, Any], gold: int, rng: random.Random) -> dict[str, Any]:
+    """``answer`` (an integer schema) with a maximum of 10^k - 1 for k from the gold answer's
+    digit count to two more than the original maximum's: the same question with a slot narrower
+    or wider than the type's own, still holding the gold answer."""
+    k = rng.randint(len(str(gold)), len(str(answer["maximum"])) + 2)
+    return {**answer, "maximum": max(10**k - 1, gold, answer["minimum"])}
+
+
 def answer_text(gold: Any) -> str:
     """The slot text of a typed gold answer: booleans as yes/no (BooleanAnswer), else str()."""
     if isinstance(gold, bool):
@@ -61,13 +69,21 @@ class Encoder:
         return self._budgets[key]
 
     def group_row(self, group: Group, picked: list[int], kind: str,
-                  document_ids: list[int] | None = None) -> Row:
-        """A joint (or one-question standalone) row of ``group``'s questions ``picked``."""
+                  document_ids: list[int] | None = None, reshape: float = 0.0,
+                  rng: random.Random | None = None) -> Row:
+        """A joint (or one-question standalone) row of ``group``'s questions ``picked``; each
+        integer question's bounds are reshaped with probability ``reshape`` (needs ``rng``)."""
         qs = [group.questions[i] for i in picked]
         doc = self.ids(group.document) if document_ids is None else document_ids
         answers = [self.ids(answer_text(q.gold)) for q in qs]
+        schemas = [
+            reshaped_integer(q.answer, q.gold, rng)
+            if rng is not None and q.answer["type"] == "integer" and rng.random() < reshape
+            else q.answer
+            for q in qs
+        ]
         layout = build_layout(self.special, doc, [self.ids(q.text) for q in qs],
-                              [self.budget(q.answer) for q in qs], answers)
+                              [self.budget(a) for a in schemas], answers)
         block = layout.block
         slot_of = [-1] * len(block)
         for k, span in enumerate(layout.block_slots()):
@@ -155,11 +171,13 @@ class RowSource:
                 return focus_row
         group = generate_group(seed, level)
         u = rng.random()
+        reshape = cfg.data.p_reshape_integer
         if u < self.cuts[0]:
-            return self.enc.group_row(group, list(range(len(group.questions))), KIND_JOINT)
+            return self.enc.group_row(group, list(range(len(group.questions))), KIND_JOINT,
+                                      reshape=reshape, rng=rng)
         if u < self.cuts[1]:
             pick = rng.randrange(len(group.questions))
-            return self.enc.group_row(group, [pick], KIND_STANDALONE)
+            return self.enc.group_row(group, [pick], KIND_STANDALONE, reshape=reshape, rng=rng)
         return self.enc.document_row(group.document, rng, cfg.data.doc_block_min,
                                      cfg.data.doc_block_max)
 
@@ -170,7 +188,8 @@ class RowSource:
             group = generate_group(TRAIN.start + (seed - TRAIN.start + k) % len(TRAIN), level)
             hits = [i for i, q in enumerate(group.questions) if q.qtype in self.focus]
             if hits:
-                return self.enc.group_row(group, [rng.choice(hits)], KIND_STANDALONE)
+                return self.enc.group_row(group, [rng.choice(hits)], KIND_STANDALONE,
+                                          reshape=self.cfg.data.p_reshape_integer, rng=rng)
         return None
 
 
