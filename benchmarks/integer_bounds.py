@@ -1,0 +1,85 @@
+"""Does a model read a number whatever the slot width? Integer questions asked with other bounds.
+
+    .venv/bin/python benchmarks/integer_bounds.py                  # shipped model, 500 TEST groups
+    .venv/bin/python benchmarks/integer_bounds.py --model runs/d10/export --groups 200
+
+Decodes held-out TEST groups (``apps.contracts``, level 2) jointly, once per bound setting: each
+question of the listed types is asked with its own schema, then with other ``[minimum,
+maximum]`` bounds that still hold every gold answer of the type (a wider or narrower answer
+slot; the question text and document are unchanged). Prints the accuracy of each type under
+each setting. A model that reads the number from the text answers the same whatever the bounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+
+from apps.contracts.generator import generate_groups  # noqa: E402
+from apps.contracts.splits import TEST  # noqa: E402
+from decision import load_model  # noqa: E402
+from decision.evaluate import _requests  # noqa: E402
+
+# type -> bound settings; the first is the generator's own schema
+BOUNDS: dict[str, list[tuple[int, int]]] = {
+    "due_day": [(1, 31), (1, 1000)],
+    "notice_given_days": [(0, 90), (0, 1000), (0, 99999)],
+    "late_fee_amount": [(0, 1000), (0, 999), (0, 999999)],
+    "monthly_payment": [(0, 10000), (0, 9999), (0, 99999)],
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="checkpoint directory (default: shipped)")
+    parser.add_argument("--groups", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=25)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model = load_model(args.model)
+    groups = [g for g in generate_groups(TEST.start, args.groups, level=2)
+              if any(q.qtype in BOUNDS for q in g.questions)]
+    right: dict[tuple[str, tuple[int, int]], list[bool]] = defaultdict(list)
+    for setting in range(max(len(b) for b in BOUNDS.values())):
+        for start in range(0, len(groups), args.batch_size):
+            chunk = groups[start : start + args.batch_size]
+            requests = _requests(chunk, "joint")
+            asked: list[list[tuple[int, int] | None]] = []
+            for request, group in zip(requests, chunk, strict=True):
+                row = []
+                for q, spec in zip(group.questions, request["questions"], strict=True):
+                    bounds = BOUNDS.get(q.qtype, [])
+                    if setting < len(bounds):
+                        lo, hi = bounds[setting]
+                        spec["answer"] = {"type": "integer", "minimum": lo, "maximum": hi}
+                        row.append(bounds[setting])
+                    else:
+                        row.append(None)
+                asked.append(row)
+            decisions = model.decide_many(requests)
+            for group, decision, row in zip(chunk, decisions, asked, strict=True):
+                answers = decision.by_id()
+                for q, bounds in zip(group.questions, row, strict=True):
+                    if bounds is not None:
+                        right[(q.qtype, bounds)].append(answers[q.id].value == q.gold)
+    print(f"# {args.model or 'models/default'}, {len(groups)} TEST groups with these types "
+          f"(of {args.groups} from seed {TEST.start}), joint mode")
+    print("| question type | bounds | correct | accuracy |")
+    print("|---|---|---:|---:|")
+    for (qtype, (lo, hi)), marks in sorted(right.items(), key=lambda kv: (kv[0][0], kv[0][1][1])):
+        mark = " (its own)" if (lo, hi) == BOUNDS[qtype][0] else ""
+        print(f"| {qtype} | [{lo}, {hi}]{mark} | {sum(marks)}/{len(marks)} | "
+              f"{100 * sum(marks) / len(marks):.1f}% |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
