@@ -90,6 +90,24 @@ def test_reshaped_integer_bounds_hold_the_gold_answer() -> None:
     assert reshaped_integer(day, 0, rng)["maximum"] >= 1
 
 
+def test_copy_questions_ask_the_number_after_a_unique_cue() -> None:
+    import random
+
+    from apps.contracts.generator import generate_group
+    from decision.train.data import copy_question
+
+    rng = random.Random(5)
+    for seed in range(30):
+        group = copy_question(generate_group(seed, 2), rng)
+        assert group is not None
+        (q,) = group.questions
+        cue = q.text.split('"')[1]
+        assert group.document.count(cue) == 1
+        after = group.document.split(cue, 1)[1].lstrip(" $")
+        assert after.startswith(str(q.gold)) and not after[len(str(q.gold))].isdigit()
+        assert q.gold <= q.answer["maximum"]
+
+
 def test_focus_rows_ask_the_focus_types() -> None:
     from apps.contracts.generator import generate_group
     from decision.tokenizer import train_tokenizer

@@ -70,6 +70,9 @@ class DataSection:
     # its gold answer (``reshaped_integer``): slots of every width, so that what the model learns
     # to read does not depend on one width per question type. Off by default.
     p_reshape_integer: float = 0.0
+    # Copy rows: a share of rows ask for the number that follows a short cue of the document
+    # (``copy_question``), to teach reading any stated number, not one type's usual values.
+    p_copy: float = 0.0
 
 
 @dataclass
@@ -172,6 +175,8 @@ def _check(cfg: TrainConfig) -> None:
     shares = (d.p_joint, d.p_standalone, d.p_document)
     if min(shares) < 0 or sum(shares) <= 0:
         raise DecisionInputError("data.p_* shares must be >= 0 with a positive sum", "data")
+    if not 0 <= d.p_copy < 1:
+        raise DecisionInputError("data.p_copy must lie in [0, 1)", "data.p_copy")
     if not 0 <= d.p_reshape_integer <= 1:
         raise DecisionInputError("data.p_reshape_integer must lie in [0, 1]", "data")
     if not 0 <= d.p_focus < 1:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 from tokenizers import Tokenizer
@@ -39,6 +40,33 @@ def reshaped_integer(answer: dict[str, Any], gold: int, rng: random.Random) -> d
     or wider than the type's own, still holding the gold answer."""
     k = rng.randint(len(str(gold)), len(str(answer["maximum"])) + 2)
     return {**answer, "maximum": max(10**k - 1, gold, answer["minimum"])}
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def copy_question(group: Group, rng: random.Random) -> Group | None:
+    """``group`` with one synthetic question instead of its own: the number that follows a cue
+    (the three words before it, unique in the document), as an integer in a slot of a random
+    width that holds it. None when no number has such a cue."""
+    doc = group.document
+    picks = []
+    for match in _NUMBER.finditer(doc):
+        words = doc[max(0, match.start() - 60) : match.start()].split()[-3:]
+        cue = " ".join(words)
+        if len(words) == 3 and doc[match.start() - 1] in " $" and doc.count(cue) == 1:
+            picks.append((cue, match.group()))
+    if not picks:
+        return None
+    cue, digits = rng.choice(picks)
+    gold = int(digits)
+    k = rng.randint(len(str(gold)), len(str(gold)) + 2)
+    question = GeneratedQuestion(
+        id="q1", text=f'Which number comes right after "{cue}" in the document?',
+        answer={"type": "integer", "minimum": 0, "maximum": 10**k - 1}, gold=gold,
+        qtype="copy_number",
+    )
+    return Group(group.group_id, group.kind, doc, [question], group.seed, group.level)
 
 
 def answer_text(gold: Any) -> str:
@@ -170,6 +198,10 @@ class RowSource:
             if focus_row is not None:
                 return focus_row
         group = generate_group(seed, level)
+        if cfg.data.p_copy and rng.random() < cfg.data.p_copy:
+            copy = copy_question(group, rng)
+            if copy is not None:
+                return self.enc.group_row(copy, [0], KIND_STANDALONE)
         u = rng.random()
         reshape = cfg.data.p_reshape_integer
         if u < self.cuts[0]:
