@@ -60,11 +60,10 @@ def copy_question(group: Group, rng: random.Random) -> Group | None:
         return None
     cue, digits = rng.choice(picks)
     gold = int(digits)
-    k = rng.randint(len(str(gold)), len(str(gold)) + 2)
+    answer = reshaped_integer({"type": "integer", "minimum": 0, "maximum": gold}, gold, rng)
     question = GeneratedQuestion(
         id="q1", text=f'Which number comes right after "{cue}" in the document?',
-        answer={"type": "integer", "minimum": 0, "maximum": 10**k - 1}, gold=gold,
-        qtype="copy_number",
+        answer=answer, gold=gold, qtype="copy_number",
     )
     return Group(group.group_id, group.kind, doc, [question], group.seed, group.level)
 
