@@ -12,40 +12,23 @@ it, the usual values) answers something else. Same random numbers for every mode
 
 from __future__ import annotations
 
-import argparse
 import random
 import re
-import sys
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from heldout import model_and_groups, parser  # sets up sys.path; first
 
-import torch  # noqa: E402
-
-from apps.contracts.generator import generate_groups  # noqa: E402
-from apps.contracts.splits import TEST  # noqa: E402
-from decision import load_model  # noqa: E402
 from decision.evaluate import _requests  # noqa: E402
 
 RANGES = ((1, 90), (100, 999), (1000, 9999))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="checkpoint directory (default: shipped)")
-    parser.add_argument("--groups", type=int, default=500)
-    parser.add_argument("--batch-size", type=int, default=25)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    model = load_model(args.model)
-    groups = [g for g in generate_groups(TEST.start, args.groups, level=2)
-              if any(q.qtype == "notice_given_days" for q in g.questions)]
+    args = parser(__doc__.splitlines()[0]).parse_args()
+    model, groups = model_and_groups(args, ("notice_given_days",))
     rng = random.Random(0)
     print(f"# {args.model or 'models/default'}: {len(groups)} TEST groups asking the days of "
-          f"notice (of {args.groups} from seed {TEST.start}); stated number replaced, asked in "
-          "[0, 99999]")
+          f"notice (of {args.groups} from seed {args.seed_start}); stated number replaced, "
+          "asked in [0, 99999]")
     print("| stated number drawn from | answered the new number |")
     print("|---|---:|")
     for lo, hi in RANGES:

@@ -13,19 +13,10 @@ groups fully correct and the mean number of block forwards a group's joint pass 
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from heldout import model_and_groups, parser  # sets up sys.path; first
 
-import torch  # noqa: E402
-
-from apps.contracts.generator import generate_groups  # noqa: E402
-from apps.contracts.splits import TEST  # noqa: E402
-from decision import load_model  # noqa: E402
 from decision.evaluate import _requests, _same  # noqa: E402
 from decision.joint.engine import EngineConfig  # noqa: E402
 
@@ -55,23 +46,16 @@ def run(model: object, groups: list, mode: str, threshold: float, scope: str, co
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="checkpoint directory (default: shipped)")
-    parser.add_argument("--seed-start", type=int, default=TEST.start)
-    parser.add_argument("--groups", type=int, default=500)
-    parser.add_argument("--batch-size", type=int, default=25)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--policy", nargs="+", default=list(DEFAULT_POLICIES))
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    options = parser(__doc__.splitlines()[0], threads=1)
+    options.add_argument("--policy", nargs="+", default=list(DEFAULT_POLICIES))
+    args = options.parse_args()
     policies = []
     for text in args.policy:
         threshold, scope, commit = (text.split(":") + ["answer"])[:3]
         if scope not in ("row", "slot") or commit not in ("answer", "token"):
-            parser.error(f"policy {text!r}: want THRESHOLD:row|slot[:answer|token]")
+            options.error(f"policy {text!r}: want THRESHOLD:row|slot[:answer|token]")
         policies.append((float(threshold), scope, commit))
-    model = load_model(args.model)
-    groups = list(generate_groups(args.seed_start, args.groups, level=2))
+    model, groups = model_and_groups(args)
     print(f"# {args.groups} TEST groups from seed {args.seed_start}, model "
           f"{args.model or 'models/default'}, batch {args.batch_size}, threads {args.threads}")
     print("| mode | threshold | at least one a step per | commit | per question | groups fully "

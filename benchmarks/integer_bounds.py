@@ -12,19 +12,10 @@ each setting. A model that reads the number from the text answers the same whate
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections import defaultdict
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from heldout import model_and_groups, parser  # sets up sys.path; first
 
-import torch  # noqa: E402
-
-from apps.contracts.generator import generate_groups  # noqa: E402
-from apps.contracts.splits import TEST  # noqa: E402
-from decision import load_model  # noqa: E402
 from decision.evaluate import _requests  # noqa: E402
 
 # type -> bound settings; the first is the generator's own schema
@@ -37,16 +28,8 @@ BOUNDS: dict[str, list[tuple[int, int]]] = {
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="checkpoint directory (default: shipped)")
-    parser.add_argument("--groups", type=int, default=500)
-    parser.add_argument("--batch-size", type=int, default=25)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    model = load_model(args.model)
-    groups = [g for g in generate_groups(TEST.start, args.groups, level=2)
-              if any(q.qtype in BOUNDS for q in g.questions)]
+    args = parser(__doc__.splitlines()[0]).parse_args()
+    model, groups = model_and_groups(args, BOUNDS)
     right: dict[tuple[str, tuple[int, int]], list[bool]] = defaultdict(list)
     for setting in range(max(len(b) for b in BOUNDS.values())):
         for start in range(0, len(groups), args.batch_size):
@@ -71,7 +54,7 @@ def main() -> int:
                     if bounds is not None:
                         right[(q.qtype, bounds)].append(answers[q.id].value == q.gold)
     print(f"# {args.model or 'models/default'}, {len(groups)} TEST groups with these types "
-          f"(of {args.groups} from seed {TEST.start}), joint mode")
+          f"(of {args.groups} from seed {args.seed_start}), joint mode")
     print("| question type | bounds | correct | accuracy |")
     print("|---|---|---:|---:|")
     for (qtype, (lo, hi)), marks in sorted(right.items(), key=lambda kv: (kv[0][0], kv[0][1][1])):

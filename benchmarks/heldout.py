@@ -1,0 +1,39 @@
+"""Set-up shared by the benchmarks that decode held-out contract groups (TEST seeds, level 2)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+
+from apps.contracts.generator import generate_groups  # noqa: E402
+from apps.contracts.splits import TEST  # noqa: E402
+from decision import load_model  # noqa: E402
+
+
+def parser(description: str, threads: int = 2) -> argparse.ArgumentParser:
+    """--model, --seed-start, --groups, --batch-size, --threads; callers add their own."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", default=None, help="checkpoint directory (default: shipped)")
+    p.add_argument("--seed-start", type=int, default=TEST.start)
+    p.add_argument("--groups", type=int, default=500)
+    p.add_argument("--batch-size", type=int, default=25)
+    p.add_argument("--threads", type=int, default=threads)
+    return p
+
+
+def model_and_groups(args: argparse.Namespace,
+                     qtypes: Collection[str] | None = None) -> tuple[Any, list[Any]]:
+    """The model (torch threads set) and the groups, only those asking one of ``qtypes``."""
+    torch.set_num_threads(args.threads)
+    model = load_model(args.model)
+    groups = [g for g in generate_groups(args.seed_start, args.groups, level=2)
+              if qtypes is None or any(q.qtype in qtypes for q in g.questions)]
+    return model, groups
