@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,45 @@ def test_progress_line_of_a_validation_record() -> None:
         "renews=0.75/0.50")
     assert format_eval({"step": 500, "top1": 0.0625, "n": 32, "eval_s": 1.3}) == (
         "eval step 500: top1 0.062 n 32 eval_s 1.300")
+
+
+def test_hard_copy_questions_ask_values_the_document_states_once() -> None:
+    import random
+
+    from apps.contracts.generator import generate_group
+    from decision.train.data import copy_question
+
+    rng = random.Random(6)
+    lengths = []
+    for seed in range(40):
+        group = copy_question(generate_group(seed, 2), rng, hard=True)
+        assert group is not None
+        (q,) = group.questions
+        assert len(re.findall(rf"(?<!\d){q.gold}(?!\d)", group.document)) == 1
+        lengths.append(len(str(q.gold)))
+    assert max(lengths) >= 4  # the long amounts are drawn, not only days
+
+
+def test_compare_questions_follow_from_the_two_copied_numbers() -> None:
+    import random
+
+    from apps.contracts.generator import generate_group
+    from decision.train.data import compare_question
+
+    rng = random.Random(7)
+    answers, asked = set(), 0
+    for seed in range(40):
+        group = compare_question(generate_group(seed, 2), rng, with_sources=seed % 2 == 0)
+        if group is None:  # fewer than two values with a unique cue
+            continue
+        asked += 1
+        *sources, compare = group.questions
+        cue_a, cue_b = compare.text.split('"')[1::2]
+        a, b = (int(re.match(r"\$?(\d+)", group.document.split(cue, 1)[1].lstrip()).group(1))
+                for cue in (cue_a, cue_b))
+        assert a != b and compare.gold == (a >= b)
+        answers.add(compare.gold)
+        if sources:
+            assert [s.gold for s in sources] == [a, b]
+            assert compare.depends_on == (sources[0].qtype,)
+    assert answers == {True, False} and asked >= 30

@@ -73,6 +73,11 @@ class DataSection:
     # Copy rows: a share of rows ask for the number that follows a short cue of the document
     # (``copy_question``), to teach reading any stated number, not one type's usual values.
     p_copy: float = 0.0
+    # Copy rows only of values unique in the document, weighted by digit count (copy_question).
+    copy_hard: bool = False
+    # Compare rows (compare_question): "is the number after one cue at least the number after
+    # another?", half of them as a joint row with the two copy questions it derives from.
+    p_compare: float = 0.0
 
 
 @dataclass
@@ -177,6 +182,8 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("data.p_* shares must be >= 0 with a positive sum", "data")
     if not 0 <= d.p_copy < 1:
         raise DecisionInputError("data.p_copy must lie in [0, 1)", "data.p_copy")
+    if not 0 <= d.p_compare < 1:
+        raise DecisionInputError("data.p_compare must lie in [0, 1)", "data.p_compare")
     if not 0 <= d.p_reshape_integer <= 1:
         raise DecisionInputError("data.p_reshape_integer must lie in [0, 1]", "data")
     if not 0 <= d.p_focus < 1:

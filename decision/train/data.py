@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections import Counter
 from typing import Any
 
 from tokenizers import Tokenizer
@@ -43,29 +44,71 @@ def reshaped_integer(answer: dict[str, Any], gold: int, rng: random.Random) -> d
 
 
 _NUMBER = re.compile(r"\d+")
+QTYPE_COPY = "copy_number"
+QTYPE_COMPARE = "compare_numbers"
 
 
-def copy_question(group: Group, rng: random.Random) -> Group | None:
-    """``group`` with one synthetic question instead of its own: the number that follows a cue
-    (the three words before it, unique in the document), as an integer in a slot of a random
-    width that holds it. None when no number has such a cue."""
-    doc = group.document
+def cued_numbers(document: str, unique_values: bool = False) -> list[tuple[str, str]]:
+    """``(cue, digits)`` for each number of ``document`` whose three preceding words (the cue)
+    occur once in it; with ``unique_values`` only numbers whose value occurs once too, so the
+    answer cannot be guessed from a value the document repeats (its year, say)."""
+    values = Counter(m.group() for m in _NUMBER.finditer(document))
     picks = []
-    for match in _NUMBER.finditer(doc):
-        words = doc[max(0, match.start() - 60) : match.start()].split()[-3:]
+    for match in _NUMBER.finditer(document):
+        words = document[max(0, match.start() - 60) : match.start()].split()[-3:]
         cue = " ".join(words)
-        if len(words) == 3 and doc[match.start() - 1] in " $" and doc.count(cue) == 1:
+        if (len(words) == 3 and document[match.start() - 1] in " $"
+                and document.count(cue) == 1 and (not unique_values or values[match.group()] == 1)):
             picks.append((cue, match.group()))
-    if not picks:
-        return None
-    cue, digits = rng.choice(picks)
+    return picks
+
+
+def _copy(cue: str, digits: str, qid: str, rng: random.Random) -> GeneratedQuestion:
     gold = int(digits)
     answer = reshaped_integer({"type": "integer", "minimum": 0, "maximum": gold}, gold, rng)
-    question = GeneratedQuestion(
-        id="q1", text=f'Which number comes right after "{cue}" in the document?',
-        answer=answer, gold=gold, qtype="copy_number",
+    return GeneratedQuestion(
+        id=qid, text=f'Which number comes right after "{cue}" in the document?',
+        answer=answer, gold=gold, qtype=QTYPE_COPY,
     )
-    return Group(group.group_id, group.kind, doc, [question], group.seed, group.level)
+
+
+def copy_question(group: Group, rng: random.Random, hard: bool = False) -> Group | None:
+    """``group`` with one synthetic question instead of its own: the number that follows a cue
+    (``cued_numbers``), as an integer in a slot of a random width that holds it. ``hard``: only
+    values unique in the document, picked with weight = digit count (long numbers are the ones
+    a model fails to copy). None when no number has such a cue."""
+    picks = cued_numbers(group.document, unique_values=hard)
+    if not picks:
+        return None
+    if hard:
+        (cue, digits), = rng.choices(picks, weights=[len(d) for _, d in picks])
+    else:
+        cue, digits = rng.choice(picks)
+    question = _copy(cue, digits, "q1", rng)
+    return Group(group.group_id, group.kind, group.document, [question], group.seed, group.level)
+
+
+def compare_question(group: Group, rng: random.Random, with_sources: bool) -> Group | None:
+    """``group`` with a synthetic yes/no question instead of its own: is the number after one
+    cue at least the number after another (two distinct values, of the same digit count when
+    the document has such a pair, so the answer needs the digits, not the lengths)? With
+    ``with_sources`` the two copy questions it derives from come first (a joint row: the rule
+    "timely when taken <= allowed" in its barest form). None when fewer than two values."""
+    picks = cued_numbers(group.document, unique_values=True)
+    pairs = [(a, b) for a in picks for b in picks if int(a[1]) != int(b[1])]
+    if not pairs:
+        return None
+    close = [(a, b) for a, b in pairs if len(a[1]) == len(b[1])]
+    (cue_a, a), (cue_b, b) = rng.choice(close or pairs)
+    compare = GeneratedQuestion(
+        id="q3" if with_sources else "q1",
+        text=f'Is the number after "{cue_a}" at least the number after "{cue_b}"?',
+        answer={"type": "boolean"}, gold=int(a) >= int(b), qtype=QTYPE_COMPARE,
+        depends_on=(QTYPE_COPY,) if with_sources else (),
+    )
+    questions = ([_copy(cue_a, a, "q1", rng), _copy(cue_b, b, "q2", rng), compare]
+                 if with_sources else [compare])
+    return Group(group.group_id, group.kind, group.document, questions, group.seed, group.level)
 
 
 def answer_text(gold: Any) -> str:
@@ -198,9 +241,16 @@ class RowSource:
                 return focus_row
         group = generate_group(seed, level)
         if cfg.data.p_copy and rng.random() < cfg.data.p_copy:
-            copy = copy_question(group, rng)
+            copy = copy_question(group, rng, hard=cfg.data.copy_hard)
             if copy is not None:
                 return self.enc.group_row(copy, [0], KIND_STANDALONE)
+        if cfg.data.p_compare and rng.random() < cfg.data.p_compare:
+            joint = rng.random() < 0.5
+            compare = compare_question(group, rng, with_sources=joint)
+            if compare is not None:
+                n = len(compare.questions)
+                return self.enc.group_row(compare, list(range(n)),
+                                          KIND_JOINT if joint else KIND_STANDALONE)
         u = rng.random()
         reshape = cfg.data.p_reshape_integer
         if u < self.cuts[0]:
