@@ -1,0 +1,91 @@
+"""Two number skills on held-out documents: copying a stated number, and comparing two.
+
+    .venv/bin/python benchmarks/number_skills.py          # shipped model, 500 TEST groups
+    .venv/bin/python benchmarks/number_skills.py --model runs/d12/export
+
+On each held-out TEST document (``apps.contracts``, level 2) the questions of the training
+recipe's synthetic rows (``decision.train.data``) are asked, drawn with a fixed seed so every
+model gets the same ones:
+
+- **copy**: "Which number comes right after "<cue>"?" for a value the document states once,
+  in a slot of random width (``copy_question(hard=True)``), scored by the number's digit count;
+- **compare**: "Is the number after "<a>" at least the number after "<b>"?" (two values of the
+  same digit count where the document has them), asked alone (standalone) and in one joint pass
+  with the two copy questions it derives from; the difference is paired over documents.
+
+The documents are held out; the question templates are the ones copy and compare rows train on
+(stage 10 on), so for a model trained with them this measures the skill on unseen documents, and
+for one trained without them, transfer.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from heldout import model_and_groups, parser  # sets up sys.path; first
+
+from decision.evaluate import _requests, _same  # noqa: E402
+from decision.metrics import Record, paired_difference  # noqa: E402
+from decision.train.data import compare_question, copy_question  # noqa: E402
+
+
+def _answers(model, groups, mode: str, batch_size: int) -> list[dict[str, object]]:
+    out = []
+    for start in range(0, len(groups), batch_size):
+        chunk = groups[start : start + batch_size]
+        for decision in model.decide_many(_requests(chunk, mode)):
+            out.append({a.id: a.value for a in decision.answers})
+    return out
+
+
+def main() -> int:
+    args = parser(__doc__.splitlines()[0]).parse_args()
+    model, groups = model_and_groups(args)
+    rng = random.Random(0)
+    copies = [c for g in groups if (c := copy_question(g, rng, hard=True)) is not None]
+    compares = [c for g in groups if (c := compare_question(g, rng, with_sources=True)) is not None]
+    print(f"# {args.model or 'models/default'}: {len(groups)} TEST groups from seed "
+          f"{args.seed_start}")
+
+    right: Counter[int] = Counter()
+    asked: Counter[int] = Counter()
+    for group, answers in zip(copies, _answers(model, copies, "standalone", args.batch_size),
+                              strict=True):
+        (q,) = group.questions
+        digits = len(str(q.gold))
+        asked[digits] += 1
+        right[digits] += _same(answers[q.id], q.gold)
+    print("\n| copy: digits of the stated value | answered it |\n|---|---:|")
+    for digits in sorted(asked):
+        print(f"| {digits} | {right[digits]}/{asked[digits]} "
+              f"({100 * right[digits] / asked[digits]:.0f}%) |")
+
+    alone = [type(g)(g.group_id, g.kind, g.document, [g.questions[-1]], g.seed, g.level)
+             for g in compares]
+    records: dict[str, list[Record]] = {"joint": [], "standalone": []}
+    sources_right = 0
+    for mode, batch in (("joint", compares), ("standalone", alone)):
+        for group, answers in zip(batch, _answers(model, batch, mode, args.batch_size),
+                                  strict=True):
+            q = group.questions[-1]
+            records[mode].append(Record(group.group_id, "compare", _same(answers[q.id], q.gold),
+                                        mode=mode))
+            if mode == "joint":
+                sources_right += all(_same(answers[s.id], s.gold) for s in group.questions[:2])
+    n = len(compares)
+    yes = sum(bool(g.questions[-1].gold) for g in compares)
+    print("\n| compare | correct |\n|---|---:|")
+    for mode, label in (("standalone", "alone (standalone)"),
+                        ("joint", "with its two copy questions (joint)")):
+        ok = sum(r.correct for r in records[mode])
+        print(f"| {label} | {ok}/{n} ({100 * ok / n:.1f}%) |")
+    diff = paired_difference(records["joint"], records["standalone"]).question
+    print(f"\nmajority answer {100 * max(yes, n - yes) / n:.1f}%; both numbers copied right in the "
+          f"joint pass {sources_right}/{n}; joint - standalone {100 * diff.value:+.1f} pts "
+          f"[{100 * diff.low:+.1f}, {100 * diff.high:+.1f}] (bootstrap over documents)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
