@@ -17,16 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from decision.metrics import Record, paired_difference  # noqa: E402
+from decision.metrics import Record, accuracy_by_qtype, paired_difference  # noqa: E402
 
 
 def _records(directory: Path) -> dict[str, list[Record]]:
     by_mode: dict[str, list[Record]] = defaultdict(list)
     with open(directory / "records.jsonl") as f:
         for line in f:
-            r = json.loads(line)
-            by_mode[r["mode"]].append(Record(r["group_id"], r["question_id"], r["correct"],
-                                             r.get("qtype", ""), r["mode"]))
+            record = Record(**json.loads(line))  # as decision eval wrote it (asdict)
+            by_mode[record.mode].append(record)
     return by_mode
 
 
@@ -45,14 +44,10 @@ def main() -> int:
               f"[{100 * d.group.low:+.1f}, {100 * d.group.high:+.1f}] |")
     print("\n| question type | joint A | joint B | standalone A | standalone B | n |")
     print("|---|---:|---:|---:|---:|---:|")
-    for qtype in sorted({r.qtype for r in a["joint"]}):
-        cells = []
-        for mode in ("joint", "standalone"):
-            for side in (a, b):
-                rows = [r.correct for r in side[mode] if r.qtype == qtype]
-                cells.append(f"{100 * sum(rows) / len(rows):.1f}%")
-        n = sum(r.qtype == qtype for r in a["joint"])
-        print(f"| {qtype} | {' | '.join(cells)} | {n} |")
+    stats = [accuracy_by_qtype(side[mode]) for mode in ("joint", "standalone") for side in (a, b)]
+    for qtype, first in stats[0].items():
+        cells = " | ".join(f"{100 * s[qtype].accuracy:.1f}%" for s in stats)
+        print(f"| {qtype} | {cells} | {first.n} |")
     return 0
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import re
 
-from heldout import model_and_groups, parser  # sets up sys.path; first
+from heldout import decide_in_batches, model_and_groups, parser  # sets up sys.path; first
 
 from decision.evaluate import _requests  # noqa: E402
 
@@ -32,24 +32,23 @@ def main() -> int:
     print("| stated number drawn from | answered the new number |")
     print("|---|---:|")
     for lo, hi in RANGES:
+        requests = _requests(groups, "joint")
+        targets: list[tuple[str, int] | None] = []
+        for request, group in zip(requests, groups, strict=True):
+            q = next(q for q in group.questions if q.qtype == "notice_given_days")
+            new = rng.randint(lo, hi)
+            request["document"], hits = re.subn(rf"\b{q.gold} days? before",
+                                                f"{new} days before", request["document"])
+            for spec in request["questions"]:
+                if spec["id"] == q.id:
+                    spec["answer"] = {"type": "integer", "minimum": 0, "maximum": 99999}
+            targets.append((q.id, new) if hits == 1 else None)
         right = asked = 0
-        for start in range(0, len(groups), args.batch_size):
-            chunk = groups[start : start + args.batch_size]
-            requests = _requests(chunk, "joint")
-            targets: list[tuple[str, int] | None] = []
-            for request, group in zip(requests, chunk, strict=True):
-                q = next(q for q in group.questions if q.qtype == "notice_given_days")
-                new = rng.randint(lo, hi)
-                request["document"], hits = re.subn(rf"\b{q.gold} days? before",
-                                                    f"{new} days before", request["document"])
-                for spec in request["questions"]:
-                    if spec["id"] == q.id:
-                        spec["answer"] = {"type": "integer", "minimum": 0, "maximum": 99999}
-                targets.append((q.id, new) if hits == 1 else None)
-            for decision, target in zip(model.decide_many(requests), targets, strict=True):
-                if target is not None:
-                    asked += 1
-                    right += decision.by_id()[target[0]].value == target[1]
+        decisions = decide_in_batches(model, requests, args.batch_size)
+        for decision, target in zip(decisions, targets, strict=True):
+            if target is not None:
+                asked += 1
+                right += decision.by_id()[target[0]].value == target[1]
         print(f"| {lo}-{hi} | {right}/{asked} ({100 * right / max(asked, 1):.0f}%) |", flush=True)
     return 0
 

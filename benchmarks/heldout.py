@@ -37,3 +37,10 @@ def model_and_groups(args: argparse.Namespace,
     groups = [g for g in generate_groups(args.seed_start, args.groups, level=2)
               if qtypes is None or any(q.qtype in qtypes for q in g.questions)]
     return model, groups
+
+
+def decide_in_batches(model: Any, requests: list[dict[str, Any]],
+                      batch_size: int) -> list[Any]:
+    """``model.decide_many`` over ``requests`` in batches of ``batch_size``; one Decision each."""
+    return [decision for start in range(0, len(requests), batch_size)
+            for decision in model.decide_many(requests[start : start + batch_size])]

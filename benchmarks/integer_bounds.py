@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from heldout import model_and_groups, parser  # sets up sys.path; first
+from heldout import decide_in_batches, model_and_groups, parser  # sets up sys.path; first
 
 from decision.evaluate import _requests  # noqa: E402
 
@@ -32,27 +32,25 @@ def main() -> int:
     model, groups = model_and_groups(args, BOUNDS)
     right: dict[tuple[str, tuple[int, int]], list[bool]] = defaultdict(list)
     for setting in range(max(len(b) for b in BOUNDS.values())):
-        for start in range(0, len(groups), args.batch_size):
-            chunk = groups[start : start + args.batch_size]
-            requests = _requests(chunk, "joint")
-            asked: list[list[tuple[int, int] | None]] = []
-            for request, group in zip(requests, chunk, strict=True):
-                row = []
-                for q, spec in zip(group.questions, request["questions"], strict=True):
-                    bounds = BOUNDS.get(q.qtype, [])
-                    if setting < len(bounds):
-                        lo, hi = bounds[setting]
-                        spec["answer"] = {"type": "integer", "minimum": lo, "maximum": hi}
-                        row.append(bounds[setting])
-                    else:
-                        row.append(None)
-                asked.append(row)
-            decisions = model.decide_many(requests)
-            for group, decision, row in zip(chunk, decisions, asked, strict=True):
-                answers = decision.by_id()
-                for q, bounds in zip(group.questions, row, strict=True):
-                    if bounds is not None:
-                        right[(q.qtype, bounds)].append(answers[q.id].value == q.gold)
+        requests = _requests(groups, "joint")
+        asked: list[list[tuple[int, int] | None]] = []
+        for request, group in zip(requests, groups, strict=True):
+            row = []
+            for q, spec in zip(group.questions, request["questions"], strict=True):
+                bounds = BOUNDS.get(q.qtype, [])
+                if setting < len(bounds):
+                    lo, hi = bounds[setting]
+                    spec["answer"] = {"type": "integer", "minimum": lo, "maximum": hi}
+                    row.append(bounds[setting])
+                else:
+                    row.append(None)
+            asked.append(row)
+        decisions = decide_in_batches(model, requests, args.batch_size)
+        for group, decision, row in zip(groups, decisions, asked, strict=True):
+            answers = decision.by_id()
+            for q, bounds in zip(group.questions, row, strict=True):
+                if bounds is not None:
+                    right[(q.qtype, bounds)].append(answers[q.id].value == q.gold)
     print(f"# {args.model or 'models/default'}, {len(groups)} TEST groups with these types "
           f"(of {args.groups} from seed {args.seed_start}), joint mode")
     print("| question type | bounds | correct | accuracy |")

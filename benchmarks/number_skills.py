@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
-from heldout import model_and_groups, parser  # sets up sys.path; first
+from heldout import decide_in_batches, model_and_groups, parser  # sets up sys.path; first
 
 from decision.evaluate import _requests, _same  # noqa: E402
 from decision.metrics import Record, paired_difference  # noqa: E402
@@ -31,12 +32,8 @@ from decision.train.data import compare_question, copy_question  # noqa: E402
 
 
 def _answers(model, groups, mode: str, batch_size: int) -> list[dict[str, object]]:
-    out = []
-    for start in range(0, len(groups), batch_size):
-        chunk = groups[start : start + batch_size]
-        for decision in model.decide_many(_requests(chunk, mode)):
-            out.append({a.id: a.value for a in decision.answers})
-    return out
+    return [{a.id: a.value for a in decision.answers}
+            for decision in decide_in_batches(model, _requests(groups, mode), batch_size)]
 
 
 def main() -> int:
@@ -61,8 +58,7 @@ def main() -> int:
         print(f"| {digits} | {right[digits]}/{asked[digits]} "
               f"({100 * right[digits] / asked[digits]:.0f}%) |")
 
-    alone = [type(g)(g.group_id, g.kind, g.document, [g.questions[-1]], g.seed, g.level)
-             for g in compares]
+    alone = [replace(g, questions=[g.questions[-1]]) for g in compares]
     records: dict[str, list[Record]] = {"joint": [], "standalone": []}
     sources_right = 0
     for mode, batch in (("joint", compares), ("standalone", alone)):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from heldout import model_and_groups, parser  # sets up sys.path; first
+from heldout import decide_in_batches, model_and_groups, parser  # sets up sys.path; first
 
 from decision.evaluate import _requests  # noqa: E402
 
@@ -25,14 +25,12 @@ def main() -> int:
     args = p.parse_args()
     model, groups = model_and_groups(args)
     counts: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
-    for start in range(0, len(groups), args.batch_size):
-        chunk = groups[start : start + args.batch_size]
-        for group, decision in zip(chunk, model.decide_many(_requests(chunk, args.mode)),
-                                   strict=True):
-            answers = decision.by_id()
-            for q in group.questions:
-                if q.answer.get("type") == "choice" and set(q.answer["options"]) == set(OUTCOMES):
-                    counts[q.qtype][(q.gold, answers[q.id].value)] += 1
+    decisions = decide_in_batches(model, _requests(groups, args.mode), args.batch_size)
+    for group, decision in zip(groups, decisions, strict=True):
+        answers = decision.by_id()
+        for q in group.questions:
+            if q.answer.get("type") == "choice" and set(q.answer["options"]) == set(OUTCOMES):
+                counts[q.qtype][(q.gold, answers[q.id].value)] += 1
     print(f"# {args.model or 'models/default'}, {args.mode}: {len(groups)} TEST groups from seed "
           f"{args.seed_start}; cells: gold -> answer")
     head = [f"{g} -> {a}" for g in OUTCOMES for a in OUTCOMES]

@@ -17,6 +17,7 @@ import json
 import random
 import re
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from tokenizers import Tokenizer
@@ -84,8 +85,7 @@ def copy_question(group: Group, rng: random.Random, hard: bool = False) -> Group
         (cue, digits), = rng.choices(picks, weights=[len(d) for _, d in picks])
     else:
         cue, digits = rng.choice(picks)
-    question = _copy(cue, digits, "q1", rng)
-    return Group(group.group_id, group.kind, group.document, [question], group.seed, group.level)
+    return replace(group, questions=[_copy(cue, digits, "q1", rng)])
 
 
 def compare_question(group: Group, rng: random.Random, with_sources: bool) -> Group | None:
@@ -108,7 +108,7 @@ def compare_question(group: Group, rng: random.Random, with_sources: bool) -> Gr
     )
     questions = ([_copy(cue_a, a, "q1", rng), _copy(cue_b, b, "q2", rng), compare]
                  if with_sources else [compare])
-    return Group(group.group_id, group.kind, group.document, questions, group.seed, group.level)
+    return replace(group, questions=questions)
 
 
 def answer_text(gold: Any) -> str:
