@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,38 @@ def test_focus_rows_ask_the_focus_types() -> None:
         RowSource(config_from_dict(raw), tok)
     raw["data"]["focus_qtypes"] = []
     with pytest.raises(DecisionInputError, match="focus_qtypes"):
+        config_from_dict(raw)
+
+
+def test_joint_focus_rows_hold_a_decided_rule_with_its_inputs() -> None:
+    from apps.contracts.generator import generate_group
+    from apps.contracts.questions import DEPENDS_ON
+    from decision.tokenizer import train_tokenizer
+    from decision.train.data import rule_with_inputs
+
+    texts = [generate_group(s, 2).document for s in range(30)]
+    tok = train_tokenizer(texts, 400)
+    raw = json.loads(TINY.read_text())
+    rules = ["notice_timely", "renews", "damages_owed"]
+    raw["data"].update({"p_focus": 0.9, "p_focus_joint": 1.0, "focus_qtypes": rules})
+    source = RowSource(config_from_dict(raw), tok)
+    rows = [r for r in (source.row(i) for i in range(40)) if r.kind == KIND_JOINT
+            and r.meta["qtypes"][-1] in rules]
+    assert len(rows) >= 25  # ~0.9 * 40 focus rows; the rest are ordinary draws
+    for r in rows:
+        *inputs, rule = r.meta["qtypes"]
+        assert inputs and set(inputs) & set(DEPENDS_ON[rule])  # a direct input is there
+        assert r.meta["gold"][-1] in ("yes", "no")
+        assert r.roles[:-1] == [ROLE_EXTRACTION] * len(inputs) and r.roles[-1] == ROLE_PLAIN
+    # transitive closure, inputs first: renews <- notice_timely <- given / required days
+    group = generate_group(0, 2)
+    group = replace(group, questions=[
+        replace(group.questions[0], qtype=t, depends_on=DEPENDS_ON.get(t, ()))
+        for t in ("renews", "notice_given_days", "due_day", "notice_timely")])
+    assert rule_with_inputs(group, 0) == [1, 3, 0]
+    assert rule_with_inputs(group, 2) == [2]
+    raw["data"]["p_focus_joint"] = 1.5
+    with pytest.raises(DecisionInputError, match="p_focus_joint"):
         config_from_dict(raw)
 
 

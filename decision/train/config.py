@@ -78,6 +78,10 @@ class DataSection:
     # Compare rows (compare_question): "is the number after one cue at least the number after
     # another?", half of them as a joint row with the two copy questions it derives from.
     p_compare: float = 0.0
+    # Of the focus rows, this share are joint rows of a derived focus question whose answer is
+    # decided (not "not stated") together with the questions of its group it derives from
+    # (``DEPENDS_ON``, transitively), inputs first: the rule applied to the model's own inputs.
+    p_focus_joint: float = 0.0
 
 
 @dataclass
@@ -190,6 +194,8 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("data.p_focus must lie in [0, 1)", "data.p_focus")
     if not all(isinstance(t, str) for t in d.focus_qtypes):
         raise DecisionInputError("data.focus_qtypes must be a list of strings", "data.focus_qtypes")
+    if not 0 <= d.p_focus_joint <= 1:
+        raise DecisionInputError("data.p_focus_joint must lie in [0, 1]", "data.p_focus_joint")
     if d.p_focus > 0 and not d.focus_qtypes:
         raise DecisionInputError("data.p_focus > 0 needs data.focus_qtypes", "data.focus_qtypes")
     if not 0 < d.t_min < 1:

@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 from apps.contracts.generator import generate_group
 from apps.contracts.questions import SCHEMAS
 from apps.contracts.splits import TRAIN, VALIDATION
-from apps.contracts.types import GeneratedQuestion, Group
+from apps.contracts.types import NOT_STATED, GeneratedQuestion, Group
 from decision.errors import DecisionInputError
 from decision.joint.layout import build_layout
 from decision.schemas.compile import tokenizer_context
@@ -263,15 +263,38 @@ class RowSource:
                                      cfg.data.doc_block_max)
 
     def _focus_row(self, seed: int, level: int, rng: random.Random) -> Row | None:
-        """A standalone row of a focus-type question from the first group at or after ``seed``
-        that has one (None if none of the next FOCUS_SCAN groups does)."""
+        """A focus-type question from the first group at or after ``seed`` that has one (None
+        if none of the next FOCUS_SCAN groups does): standalone, or with probability
+        ``p_focus_joint`` a joint row with its inputs (``rule_with_inputs``), scanning for a
+        group where the question is decided and has an input."""
+        joint = self.cfg.data.p_focus_joint > 0 and rng.random() < self.cfg.data.p_focus_joint
         for k in range(FOCUS_SCAN):
             group = generate_group(TRAIN.start + (seed - TRAIN.start + k) % len(TRAIN), level)
             hits = [i for i, q in enumerate(group.questions) if q.qtype in self.focus]
-            if hits:
+            if joint:
+                rows = [p for i in hits if len(p := rule_with_inputs(group, i)) > 1
+                        and group.questions[i].gold != NOT_STATED]
+                if rows:
+                    return self.enc.group_row(group, rng.choice(rows), KIND_JOINT,
+                                              reshape=self.cfg.data.p_reshape_integer, rng=rng)
+            elif hits:
                 return self.enc.group_row(group, [rng.choice(hits)], KIND_STANDALONE,
                                           reshape=self.cfg.data.p_reshape_integer, rng=rng)
         return None
+
+
+def rule_with_inputs(group: Group, index: int) -> list[int]:
+    """Indices of question ``index`` and of the questions of ``group`` it derives from
+    (``depends_on``, transitively), inputs first in group order, the question last."""
+    by_type = {q.qtype: i for i, q in enumerate(group.questions)}
+    inputs: set[int] = set()
+    todo = list(group.questions[index].depends_on)
+    while todo:
+        i = by_type.get(todo.pop())
+        if i is not None and i not in inputs:
+            inputs.add(i)
+            todo.extend(group.questions[i].depends_on)
+    return [*sorted(inputs), index]
 
 
 def tokenizer_corpus(cfg: TrainConfig) -> list[str]:
