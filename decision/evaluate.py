@@ -78,8 +78,9 @@ def evaluate_groups(
             for group, decision in zip(chunk, decisions, strict=True):
                 answers = decision.by_id()
                 for q in group.questions:
-                    records.append(Record(group.group_id, q.id, _same(answers[q.id].value, q.gold),
-                                          q.qtype, mode, gold=json.dumps(q.gold)))
+                    value = answers[q.id].value
+                    records.append(Record(group.group_id, q.id, _same(value, q.gold), q.qtype,
+                                          mode, gold=json.dumps(q.gold), answer=json.dumps(value)))
             if log is not None:
                 log(f"{mode}: {min(start + batch_size, len(groups))}/{len(groups)} groups")
     return records, latency
@@ -175,7 +176,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--groups", type=int, required=True)
     parser.add_argument("--level", type=int, default=2, choices=(1, 2))
     parser.add_argument("--model", default=None, help="checkpoint directory (default: shipped)")
-    parser.add_argument("--out", default=None, help="write eval.json and eval.md here")
+    parser.add_argument("--out", default=None,
+                        help="write eval.json, eval.md and records.jsonl (per question and "
+                        "mode: gold, answer, correct) here")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--min-scope", choices=MIN_SCOPES, default="row",

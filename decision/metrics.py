@@ -43,7 +43,8 @@ Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal
 
 @dataclass(frozen=True)
 class Record:
-    """One answered question. ``gold`` is optional (only the majority baseline needs it)."""
+    """One answered question. ``gold`` is optional (only the majority baseline needs it);
+    ``answer`` is what the model said, kept for error analysis."""
 
     group_id: str
     question_id: str
@@ -51,6 +52,7 @@ class Record:
     qtype: str = ""
     mode: str = "joint"
     gold: Any = None
+    answer: Any = None
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,10 @@ def test_eval_reports_both_modes_on_the_same_questions(tiny_dir: Path, tmp_path:
     assert (tmp_path / "eval.md").read_text() == report
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
     assert len(lines) == 2 * n_questions
+    from decision.evaluate import _same
+
+    for row in map(json.loads, lines):  # the model's answer is kept, and is what was scored
+        assert row["correct"] == _same(json.loads(row["answer"]), json.loads(row["gold"]))
 
 
 def test_eval_rejects_bad_input(tiny_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
