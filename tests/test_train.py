@@ -133,6 +133,31 @@ def test_focus_rows_ask_the_focus_types() -> None:
         config_from_dict(raw)
 
 
+def test_days_between_rows_subtract_two_stated_dates() -> None:
+    import calendar
+    import random
+
+    from apps.contracts.generator import generate_group
+    from decision.train.data import days_between_question
+
+    months = {name: i for i, name in enumerate(calendar.month_name) if name}
+    rng = random.Random(3)
+    asked = 0
+    for seed in range(40):
+        group = days_between_question(generate_group(seed, 2), rng)
+        if group is None:
+            continue
+        asked += 1
+        (q,) = group.questions
+        first, second = re.fullmatch(r"How many days after (.+) is (.+)\?", q.text).groups()
+        assert first in group.document and second in group.document
+        # an independent count: day numbers from the proleptic calendar
+        ordinal = [calendar.timegm((int(y), months[m], int(d.rstrip(",")), 0, 0, 0)) // 86400
+                   for m, d, y in (first.split(), second.split())]
+        assert q.gold == ordinal[1] - ordinal[0] and 0 < q.gold <= q.answer["maximum"]
+    assert asked >= 30
+
+
 def test_joint_focus_rows_hold_a_decided_rule_with_its_inputs() -> None:
     from apps.contracts.generator import generate_group
     from apps.contracts.questions import DEPENDS_ON

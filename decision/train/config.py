@@ -82,6 +82,9 @@ class DataSection:
     # decided (not "not stated") together with the questions of its group it derives from
     # (``DEPENDS_ON``, transitively), inputs first: the rule applied to the model's own inputs.
     p_focus_joint: float = 0.0
+    # Days-between rows (days_between_question): "How many days after <date> is <date>?" for two
+    # dates of the document at most 60 days apart: the subtraction behind the days taken.
+    p_days_between: float = 0.0
 
 
 @dataclass
@@ -194,6 +197,8 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("data.p_focus must lie in [0, 1)", "data.p_focus")
     if not all(isinstance(t, str) for t in d.focus_qtypes):
         raise DecisionInputError("data.focus_qtypes must be a list of strings", "data.focus_qtypes")
+    if not 0 <= d.p_days_between < 1:
+        raise DecisionInputError("data.p_days_between must lie in [0, 1)", "data.p_days_between")
     if not 0 <= d.p_focus_joint <= 1:
         raise DecisionInputError("data.p_focus_joint must lie in [0, 1]", "data.p_focus_joint")
     if d.p_focus > 0 and not d.focus_qtypes:

@@ -18,6 +18,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import replace
+from datetime import date, datetime
 from typing import Any
 
 from tokenizers import Tokenizer
@@ -47,6 +48,10 @@ def reshaped_integer(answer: dict[str, Any], gold: int, rng: random.Random) -> d
 _NUMBER = re.compile(r"\d+")
 QTYPE_COPY = "copy_number"
 QTYPE_COMPARE = "compare_numbers"
+QTYPE_DAYS_BETWEEN = "days_between"
+_DATE = re.compile(r"(?:January|February|March|April|May|June|July|August|September|October|"
+                   r"November|December) \d{1,2}, \d{4}")
+MAX_DAYS_BETWEEN = 60  # the bound of the day-count questions (apps.contracts.questions)
 
 
 def cued_numbers(document: str, unique_values: bool = False) -> list[tuple[str, str]]:
@@ -109,6 +114,28 @@ def compare_question(group: Group, rng: random.Random, with_sources: bool) -> Gr
     questions = ([_copy(cue_a, a, "q1", rng), _copy(cue_b, b, "q2", rng), compare]
                  if with_sources else [compare])
     return replace(group, questions=questions)
+
+
+def _parse_date(text: str) -> date:
+    return datetime.strptime(text, "%B %d, %Y").date()
+
+
+def days_between_question(group: Group, rng: random.Random) -> Group | None:
+    """``group`` with one synthetic question instead of its own: how many days after one date
+    the document states is another (1 to MAX_DAYS_BETWEEN days later) -- the subtraction that the
+    day counts taken from two dates need. None when no pair of its dates is that close."""
+    dates = sorted({_parse_date(m.group()): m.group() for m in _DATE.finditer(group.document)}
+                   .items())
+    pairs = [(a, b) for a in dates for b in dates if 0 < (b[0] - a[0]).days <= MAX_DAYS_BETWEEN]
+    if not pairs:
+        return None
+    (first, first_text), (second, second_text) = rng.choice(pairs)
+    question = GeneratedQuestion(
+        id="q1", text=f"How many days after {first_text} is {second_text}?",
+        answer={"type": "integer", "minimum": 0, "maximum": MAX_DAYS_BETWEEN},
+        gold=(second - first).days, qtype=QTYPE_DAYS_BETWEEN,
+    )
+    return replace(group, questions=[question])
 
 
 def answer_text(gold: Any) -> str:
@@ -244,6 +271,11 @@ class RowSource:
             copy = copy_question(group, rng, hard=cfg.data.copy_hard)
             if copy is not None:
                 return self.enc.group_row(copy, [0], KIND_STANDALONE)
+        if cfg.data.p_days_between and rng.random() < cfg.data.p_days_between:
+            between = days_between_question(group, rng)
+            if between is not None:
+                return self.enc.group_row(between, [0], KIND_STANDALONE,
+                                          reshape=cfg.data.p_reshape_integer, rng=rng)
         if cfg.data.p_compare and rng.random() < cfg.data.p_compare:
             joint = rng.random() < 0.5
             compare = compare_question(group, rng, with_sources=joint)
