@@ -1,4 +1,5 @@
-"""Two number skills on held-out documents: copying a stated number, and comparing two.
+"""Three number skills on held-out documents: copying a stated number, comparing two, and
+counting the days between two stated dates.
 
     .venv/bin/python benchmarks/number_skills.py          # shipped model, 500 TEST groups
     .venv/bin/python benchmarks/number_skills.py --model runs/d12/export
@@ -11,11 +12,13 @@ model gets the same ones:
   in a slot of random width (``copy_question(hard=True)``), scored by the number's digit count;
 - **compare**: "Is the number after "<a>" at least the number after "<b>"?" (two values of the
   same digit count where the document has them), asked alone (standalone) and in one joint pass
-  with the two copy questions it derives from; the difference is paired over documents.
+  with the two copy questions it derives from; the difference is paired over documents;
+- **days between**: "How many days after <date> is <date>?" for two dates of the document at
+  most 60 days apart (``days_between_question``), scored by the size of the difference.
 
-The documents are held out; the question templates are the ones copy and compare rows train on
-(stage 10 on), so for a model trained with them this measures the skill on unseen documents, and
-for one trained without them, transfer.
+The documents are held out; the question templates are the ones copy, compare (stage 10 on) and
+days-between rows (stage 13 on) train on, so for a model trained with them this measures the
+skill on unseen documents, and for one trained without them, transfer.
 """
 
 from __future__ import annotations
@@ -28,7 +31,11 @@ from heldout import decide_in_batches, model_and_groups, parser  # sets up sys.p
 
 from decision.evaluate import _requests, _same  # noqa: E402
 from decision.metrics import Record, paired_difference  # noqa: E402
-from decision.train.data import compare_question, copy_question  # noqa: E402
+from decision.train.data import (  # noqa: E402
+    compare_question,
+    copy_question,
+    days_between_question,
+)
 
 
 def _answers(model, groups, mode: str, batch_size: int) -> list[dict[str, object]]:
@@ -80,6 +87,22 @@ def main() -> int:
     print(f"\nmajority answer {100 * max(yes, n - yes) / n:.1f}%; both numbers copied right in the "
           f"joint pass {sources_right}/{n}; joint - standalone {100 * diff.value:+.1f} pts "
           f"[{100 * diff.low:+.1f}, {100 * diff.high:+.1f}] (bootstrap over documents)")
+    between = [b for g in groups if (b := days_between_question(g, rng)) is not None]
+    right.clear()
+    asked.clear()
+    for group, answers in zip(between, _answers(model, between, "standalone", args.batch_size),
+                              strict=True):
+        (q,) = group.questions
+        bucket = min(q.gold // 10, 3)
+        asked[bucket] += 1
+        right[bucket] += _same(answers[q.id], q.gold)
+    print("\n| days between two stated dates | answered it |\n|---|---:|")
+    for bucket in sorted(asked):
+        label = "30-60" if bucket == 3 else f"{10 * bucket}-{10 * bucket + 9}"
+        print(f"| {label} | {right[bucket]}/{asked[bucket]} "
+              f"({100 * right[bucket] / asked[bucket]:.0f}%) |")
+    total = sum(right.values())
+    print(f"| all | {total}/{len(between)} ({100 * total / len(between):.0f}%) |")
     return 0
 
 
