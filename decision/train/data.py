@@ -51,7 +51,7 @@ QTYPE_COMPARE = "compare_numbers"
 QTYPE_DAYS_BETWEEN = "days_between"
 _DATE = re.compile(r"(?:January|February|March|April|May|June|July|August|September|October|"
                    r"November|December) \d{1,2}, \d{4}")
-MAX_DAYS_BETWEEN = 60  # the bound of the day-count questions (apps.contracts.questions)
+MAX_DAYS_BETWEEN: int = SCHEMAS["return_days_taken"]["maximum"]  # the day counts asked
 
 
 def cued_numbers(document: str, unique_values: bool = False) -> list[tuple[str, str]]:
