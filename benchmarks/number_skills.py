@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 
 from heldout import decide_in_batches, model_and_groups, parser  # sets up sys.path; first
@@ -43,6 +44,26 @@ def _answers(model, groups, mode: str, batch_size: int) -> list[dict[str, object
             for decision in decide_in_batches(model, _requests(groups, mode), batch_size)]
 
 
+def _score_by_bucket(model, groups, batch_size: int,
+                     bucket: Callable[[int], int]) -> tuple[Counter[int], Counter[int]]:
+    """Right and asked counts per ``bucket(gold)`` of one-question groups, decoded standalone."""
+    right: Counter[int] = Counter()
+    asked: Counter[int] = Counter()
+    for group, answers in zip(groups, _answers(model, groups, "standalone", batch_size),
+                              strict=True):
+        (q,) = group.questions
+        asked[bucket(q.gold)] += 1
+        right[bucket(q.gold)] += _same(answers[q.id], q.gold)
+    return right, asked
+
+
+def _print_buckets(title: str, right: Counter[int], asked: Counter[int],
+                   label: Callable[[int], str]) -> None:
+    print(f"\n| {title} | answered it |\n|---|---:|")
+    for b in sorted(asked):
+        print(f"| {label(b)} | {right[b]}/{asked[b]} ({100 * right[b] / asked[b]:.0f}%) |")
+
+
 def main() -> int:
     args = parser(__doc__.splitlines()[0]).parse_args()
     model, groups = model_and_groups(args)
@@ -52,18 +73,8 @@ def main() -> int:
     print(f"# {args.model or 'models/default'}: {len(groups)} TEST groups from seed "
           f"{args.seed_start}")
 
-    right: Counter[int] = Counter()
-    asked: Counter[int] = Counter()
-    for group, answers in zip(copies, _answers(model, copies, "standalone", args.batch_size),
-                              strict=True):
-        (q,) = group.questions
-        digits = len(str(q.gold))
-        asked[digits] += 1
-        right[digits] += _same(answers[q.id], q.gold)
-    print("\n| copy: digits of the stated value | answered it |\n|---|---:|")
-    for digits in sorted(asked):
-        print(f"| {digits} | {right[digits]}/{asked[digits]} "
-              f"({100 * right[digits] / asked[digits]:.0f}%) |")
+    right, asked = _score_by_bucket(model, copies, args.batch_size, lambda gold: len(str(gold)))
+    _print_buckets("copy: digits of the stated value", right, asked, str)
 
     alone = [replace(g, questions=[g.questions[-1]]) for g in compares]
     records: dict[str, list[Record]] = {"joint": [], "standalone": []}
@@ -88,19 +99,10 @@ def main() -> int:
           f"joint pass {sources_right}/{n}; joint - standalone {100 * diff.value:+.1f} pts "
           f"[{100 * diff.low:+.1f}, {100 * diff.high:+.1f}] (bootstrap over documents)")
     between = [b for g in groups if (b := days_between_question(g, rng)) is not None]
-    right.clear()
-    asked.clear()
-    for group, answers in zip(between, _answers(model, between, "standalone", args.batch_size),
-                              strict=True):
-        (q,) = group.questions
-        bucket = min(q.gold // 10, 3)
-        asked[bucket] += 1
-        right[bucket] += _same(answers[q.id], q.gold)
-    print("\n| days between two stated dates | answered it |\n|---|---:|")
-    for bucket in sorted(asked):
-        label = "30-60" if bucket == 3 else f"{10 * bucket}-{10 * bucket + 9}"
-        print(f"| {label} | {right[bucket]}/{asked[bucket]} "
-              f"({100 * right[bucket] / asked[bucket]:.0f}%) |")
+    right, asked = _score_by_bucket(model, between, args.batch_size,
+                                    lambda gold: min(gold // 10, 3))
+    _print_buckets("days between two stated dates", right, asked,
+                   lambda b: "30-60" if b == 3 else f"{10 * b}-{10 * b + 9}")
     total = sum(right.values())
     print(f"| all | {total}/{len(between)} ({100 * total / len(between):.0f}%) |")
     return 0
