@@ -158,6 +158,61 @@ def test_days_between_rows_subtract_two_stated_dates() -> None:
     assert asked >= 30
 
 
+def test_event_day_rows_read_the_days_taken_off_one_event_line() -> None:
+    import calendar
+    import random
+
+    from apps.contracts.generator import generate_group
+    from decision.train.data import event_day_questions
+
+    months = "|".join(name for name in calendar.month_name if name)
+    rng = random.Random(5)
+    asked = 0
+    for seed in range(120):
+        group = generate_group(seed, 2)
+        event = event_day_questions(group, rng)
+        taken = [q for q in group.questions if q.qtype.endswith("_days_taken")]
+        assert (event is None) == (not taken)
+        if event is None:
+            continue
+        asked += 1
+        start, done, days = event.questions
+        assert days.qtype in {q.qtype for q in taken} and days.depends_on == ("event_day",)
+        assert [q.id for q in event.questions] == ["q1", "q2", "q3"]
+        # independently: the event line names its obligation and holds the two dates, in order
+        word = "return" if days.qtype.startswith("return") else "disclosure"
+        lines = [re.findall(rf"(?:{months}) (\d{{1,2}}), \d{{4}}", line)
+                 for line in group.document.splitlines() if word in line.lower()]
+        assert [str(start.gold), str(done.gold)] in lines
+        assert days.gold == done.gold - start.gold >= 0
+    assert asked >= 20
+
+
+def test_event_day_rows_enter_the_stream() -> None:
+    from apps.contracts.generator import generate_group
+    from decision.tokenizer import train_tokenizer
+
+    texts = [generate_group(s, 2).document for s in range(30)]
+    tok = train_tokenizer(texts, 400)
+    raw = json.loads(TINY.read_text())
+    raw["data"]["p_event_days"] = 0.5
+    source = RowSource(config_from_dict(raw), tok)
+    rows = [source.row(i) for i in range(60)]
+    events = [r for r in rows if r.kind != KIND_DOCUMENT and "event_day" in r.meta["qtypes"]]
+    joint = [r for r in events if r.kind == KIND_JOINT]
+    # about half the rows (binomial, n=60, p=0.5), about half of those joint
+    assert 15 <= len(events) <= 45 and 0 < len(joint) < len(events)
+    for r in joint:
+        assert r.meta["qtypes"][:2] == ["event_day", "event_day"]
+        assert r.meta["qtypes"][2].endswith("_days_taken")
+        start, done, taken = (int(g) for g in r.meta["gold"])
+        assert taken == done - start
+    assert [r.block_ids for r in rows[:5]] == [source.row(i).block_ids for i in range(5)]
+    raw["data"]["p_event_days"] = 1.0
+    with pytest.raises(DecisionInputError, match="p_event_days"):
+        config_from_dict(raw)
+
+
 def test_joint_focus_rows_hold_a_decided_rule_with_its_inputs() -> None:
     from apps.contracts.generator import generate_group
     from apps.contracts.questions import DEPENDS_ON

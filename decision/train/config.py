@@ -85,6 +85,10 @@ class DataSection:
     # Days-between rows (days_between_question): "How many days after <date> is <date>?" for two
     # dates of the document at most 60 days apart: the subtraction behind the days taken.
     p_days_between: float = 0.0
+    # Event-day rows (event_day_questions): a days-taken question of an NDA event joint with the
+    # two questions it derives from, the day of the month of each of the event's dates (half of
+    # them; the other half one of those day questions alone).
+    p_event_days: float = 0.0
 
 
 @dataclass
@@ -199,6 +203,8 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("data.focus_qtypes must be a list of strings", "data.focus_qtypes")
     if not 0 <= d.p_days_between < 1:
         raise DecisionInputError("data.p_days_between must lie in [0, 1)", "data.p_days_between")
+    if not 0 <= d.p_event_days < 1:
+        raise DecisionInputError("data.p_event_days must lie in [0, 1)", "data.p_event_days")
     if not 0 <= d.p_focus_joint <= 1:
         raise DecisionInputError("data.p_focus_joint must lie in [0, 1]", "data.p_focus_joint")
     if d.p_focus > 0 and not d.focus_qtypes:

@@ -49,6 +49,7 @@ _NUMBER = re.compile(r"\d+")
 QTYPE_COPY = "copy_number"
 QTYPE_COMPARE = "compare_numbers"
 QTYPE_DAYS_BETWEEN = "days_between"
+QTYPE_EVENT_DAY = "event_day"
 _DATE = re.compile(r"(?:January|February|March|April|May|June|July|August|September|October|"
                    r"November|December) \d{1,2}, \d{4}")
 MAX_DAYS_BETWEEN: int = SCHEMAS["return_days_taken"]["maximum"]  # the day counts asked
@@ -136,6 +137,46 @@ def days_between_question(group: Group, rng: random.Random) -> Group | None:
         gold=(second - first).days, qtype=QTYPE_DAYS_BETWEEN,
     )
     return replace(group, questions=[question])
+
+
+# The day-of-month questions of an NDA's recorded events (apps.contracts.nda): per obligation, a
+# word only its event line holds, and the questions for the line's first and second date.
+_EVENT_DAYS: dict[str, tuple[str, str, str]] = {
+    "return_days_taken": (
+        "return",
+        "On what day of the month did the Disclosing Party ask in writing for the materials back?",
+        "On what day of the month were the materials returned?"),
+    "report_days_taken": (
+        "disclosure",
+        "On what day of the month was the unauthorized disclosure discovered?",
+        "On what day of the month was the Disclosing Party told of the unauthorized disclosure?"),
+}
+
+
+def event_day_questions(group: Group, rng: random.Random) -> Group | None:
+    """``group`` with one of its days-taken questions and the two questions it derives from, in
+    a row of three: the day of the month each of the event's two dates falls on (an event starts
+    and ends in one month, so the days taken are their difference). The step the model misses
+    when the document gives only the two dates. None when the group asks no days taken."""
+    picks: list[tuple[GeneratedQuestion, date, date]] = []
+    for q in group.questions:
+        if q.qtype not in _EVENT_DAYS:
+            continue
+        word = _EVENT_DAYS[q.qtype][0]
+        for line in group.document.splitlines():
+            dates = [_parse_date(m.group()) for m in _DATE.finditer(line)]
+            if word in line.lower() and len(dates) == 2 and dates[1].day - dates[0].day == q.gold:
+                picks.append((q, dates[0], dates[1]))
+    if not picks:
+        return None
+    taken, start, done = rng.choice(picks)
+    _, start_text, done_text = _EVENT_DAYS[taken.qtype]
+    day = {"type": "integer", "minimum": 1, "maximum": 31}
+    return replace(group, questions=[
+        GeneratedQuestion("q1", start_text, day, start.day, QTYPE_EVENT_DAY),
+        GeneratedQuestion("q2", done_text, day, done.day, QTYPE_EVENT_DAY),
+        replace(taken, id="q3", depends_on=(QTYPE_EVENT_DAY,)),
+    ])
 
 
 def answer_text(gold: Any) -> str:
@@ -266,6 +307,10 @@ class RowSource:
             focus_row = self._focus_row(seed, level, rng)
             if focus_row is not None:
                 return focus_row
+        if cfg.data.p_event_days and rng.random() < cfg.data.p_event_days:
+            event_row = self._event_days_row(seed, level, rng)
+            if event_row is not None:
+                return event_row
         group = generate_group(seed, level)
         if cfg.data.p_copy and rng.random() < cfg.data.p_copy:
             copy = copy_question(group, rng, hard=cfg.data.copy_hard)
@@ -312,6 +357,23 @@ class RowSource:
             elif hits:
                 return self.enc.group_row(group, [rng.choice(hits)], KIND_STANDALONE,
                                           reshape=self.cfg.data.p_reshape_integer, rng=rng)
+        return None
+
+
+    def _event_days_row(self, seed: int, level: int, rng: random.Random) -> Row | None:
+        """From the first group at or after ``seed`` that asks the days an event took (None if
+        none of the next FOCUS_SCAN groups does): half the time the joint row of
+        ``event_day_questions``, else one of its two day-of-month questions alone."""
+        for k in range(FOCUS_SCAN):
+            group = generate_group(TRAIN.start + (seed - TRAIN.start + k) % len(TRAIN), level)
+            event = event_day_questions(group, rng)
+            if event is None:
+                continue
+            if rng.random() < 0.5:
+                return self.enc.group_row(event, [0, 1, 2], KIND_JOINT,
+                                          reshape=self.cfg.data.p_reshape_integer, rng=rng)
+            return self.enc.group_row(event, [rng.randrange(2)], KIND_STANDALONE,
+                                      reshape=self.cfg.data.p_reshape_integer, rng=rng)
         return None
 
 
