@@ -1,5 +1,5 @@
-"""Three number skills on held-out documents: copying a stated number, comparing two, and
-counting the days between two stated dates.
+"""Number skills on held-out documents: copying a stated number, comparing two, counting the
+days between two stated dates, and the days an event took from its two dates.
 
     .venv/bin/python benchmarks/number_skills.py          # shipped model, 500 TEST groups
     .venv/bin/python benchmarks/number_skills.py --model runs/d12/export
@@ -14,11 +14,15 @@ model gets the same ones:
   same digit count where the document has them), asked alone (standalone) and in one joint pass
   with the two copy questions it derives from; the difference is paired over documents;
 - **days between**: "How many days after <date> is <date>?" for two dates of the document at
-  most 60 days apart (``days_between_question``), scored by the size of the difference.
+  most 60 days apart (``days_between_question``), scored by the size of the difference;
+- **days taken from two dates**: the group's question of the days a return or a report took, on
+  documents that give only the event's two dates, asked alone and in one joint pass with the day
+  of the month of each date (``event_day_questions``).
 
-The documents are held out; the question templates are the ones copy, compare (stage 10 on) and
-days-between rows (stage 13 on) train on, so for a model trained with them this measures the
-skill on unseen documents, and for one trained without them, transfer.
+The documents are held out; the question templates are the ones copy, compare (stage 10 on),
+days-between (stage 13 on) and event-day rows (stage 14 on) train on, so for a model trained
+with them this measures the skill on unseen documents, and for one trained without them,
+transfer.
 """
 
 from __future__ import annotations
@@ -33,9 +37,12 @@ from heldout import decide_in_batches, model_and_groups, parser  # sets up sys.p
 from decision.evaluate import _requests, _same  # noqa: E402
 from decision.metrics import Record, paired_difference  # noqa: E402
 from decision.train.data import (  # noqa: E402
+    answer_text,
     compare_question,
     copy_question,
     days_between_question,
+    event_day_questions,
+    event_line,
 )
 
 
@@ -64,6 +71,32 @@ def _print_buckets(title: str, right: Counter[int], asked: Counter[int],
         print(f"| {label(b)} | {right[b]}/{asked[b]} ({100 * right[b] / asked[b]:.0f}%) |")
 
 
+def _alone_vs_with_sources(model, rows, batch_size: int, title: str, joint_label: str,
+                           sources_label: str) -> None:
+    """The last question of each row asked alone (standalone) and in one joint pass with the
+    questions before it, which it derives from; the difference paired over documents."""
+    alone = [replace(g, questions=[g.questions[-1]]) for g in rows]
+    records: dict[str, list[Record]] = {"joint": [], "standalone": []}
+    sources_right = 0
+    for mode, batch in (("joint", rows), ("standalone", alone)):
+        for group, answers in zip(batch, _answers(model, batch, mode, batch_size), strict=True):
+            q = group.questions[-1]
+            records[mode].append(Record(group.group_id, title, _same(answers[q.id], q.gold),
+                                        mode=mode))
+            if mode == "joint":
+                sources_right += all(_same(answers[s.id], s.gold) for s in group.questions[:-1])
+    n = len(rows)
+    print(f"\n| {title} | correct |\n|---|---:|")
+    for mode, label in (("standalone", "alone (standalone)"), ("joint", joint_label)):
+        ok = sum(r.correct for r in records[mode])
+        print(f"| {label} | {ok}/{n} ({100 * ok / n:.1f}%) |")
+    top = Counter(answer_text(g.questions[-1].gold) for g in rows).most_common(1)[0][1]
+    diff = paired_difference(records["joint"], records["standalone"]).question
+    print(f"\nmost common answer {100 * top / n:.1f}%; {sources_label} in the joint pass "
+          f"{sources_right}/{n}; joint - standalone {100 * diff.value:+.1f} pts "
+          f"[{100 * diff.low:+.1f}, {100 * diff.high:+.1f}] (bootstrap over documents)")
+
+
 def main() -> int:
     args = parser(__doc__.splitlines()[0]).parse_args()
     model, groups = model_and_groups(args)
@@ -76,28 +109,8 @@ def main() -> int:
     right, asked = _score_by_bucket(model, copies, args.batch_size, lambda gold: len(str(gold)))
     _print_buckets("copy: digits of the stated value", right, asked, str)
 
-    alone = [replace(g, questions=[g.questions[-1]]) for g in compares]
-    records: dict[str, list[Record]] = {"joint": [], "standalone": []}
-    sources_right = 0
-    for mode, batch in (("joint", compares), ("standalone", alone)):
-        for group, answers in zip(batch, _answers(model, batch, mode, args.batch_size),
-                                  strict=True):
-            q = group.questions[-1]
-            records[mode].append(Record(group.group_id, "compare", _same(answers[q.id], q.gold),
-                                        mode=mode))
-            if mode == "joint":
-                sources_right += all(_same(answers[s.id], s.gold) for s in group.questions[:2])
-    n = len(compares)
-    yes = sum(bool(g.questions[-1].gold) for g in compares)
-    print("\n| compare | correct |\n|---|---:|")
-    for mode, label in (("standalone", "alone (standalone)"),
-                        ("joint", "with its two copy questions (joint)")):
-        ok = sum(r.correct for r in records[mode])
-        print(f"| {label} | {ok}/{n} ({100 * ok / n:.1f}%) |")
-    diff = paired_difference(records["joint"], records["standalone"]).question
-    print(f"\nmajority answer {100 * max(yes, n - yes) / n:.1f}%; both numbers copied right in the "
-          f"joint pass {sources_right}/{n}; joint - standalone {100 * diff.value:+.1f} pts "
-          f"[{100 * diff.low:+.1f}, {100 * diff.high:+.1f}] (bootstrap over documents)")
+    _alone_vs_with_sources(model, compares, args.batch_size, "compare",
+                           "with its two copy questions (joint)", "both numbers copied right")
     between = [b for g in groups if (b := days_between_question(g, rng)) is not None]
     right, asked = _score_by_bucket(model, between, args.batch_size,
                                     lambda gold: min(gold // 10, 3))
@@ -105,6 +118,11 @@ def main() -> int:
                    lambda b: "30-60" if b == 3 else f"{10 * b}-{10 * b + 9}")
     total = sum(right.values())
     print(f"| all | {total}/{len(between)} ({100 * total / len(between):.0f}%) |")
+    events = [e for g in groups if (e := event_day_questions(g, rng)) is not None
+              and "took" not in event_line(g.document, e.questions[-1])[0]]
+    _alone_vs_with_sources(model, events, args.batch_size,
+                           "days taken, the document giving only the two dates",
+                           "with the day of the month of each date (joint)", "both days read right")
     return 0
 
 

@@ -153,23 +153,30 @@ _EVENT_DAYS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def event_line(document: str, question: GeneratedQuestion) -> tuple[str, date, date] | None:
+    """The line of ``document`` that records the event a days-taken ``question`` asks about,
+    with its two dates (None for any other question, or when no line matches its answer)."""
+    if question.qtype not in _EVENT_DAYS:
+        return None
+    word = _EVENT_DAYS[question.qtype][0]
+    for line in document.splitlines():
+        dates = [_parse_date(m.group()) for m in _DATE.finditer(line)]
+        if word in line.lower() and len(dates) == 2:
+            start, done = dates
+            if done.day - start.day == question.gold:
+                return line, start, done
+    return None
+
+
 def event_day_questions(group: Group, rng: random.Random) -> Group | None:
     """``group`` with one of its days-taken questions and the two questions it derives from, in
     a row of three: the day of the month each of the event's two dates falls on (an event starts
     and ends in one month, so the days taken are their difference). The step the model misses
     when the document gives only the two dates. None when the group asks no days taken."""
-    picks: list[tuple[GeneratedQuestion, date, date]] = []
-    for q in group.questions:
-        if q.qtype not in _EVENT_DAYS:
-            continue
-        word = _EVENT_DAYS[q.qtype][0]
-        for line in group.document.splitlines():
-            dates = [_parse_date(m.group()) for m in _DATE.finditer(line)]
-            if word in line.lower() and len(dates) == 2 and dates[1].day - dates[0].day == q.gold:
-                picks.append((q, dates[0], dates[1]))
+    picks = [(q, found) for q in group.questions if (found := event_line(group.document, q))]
     if not picks:
         return None
-    taken, start, done = rng.choice(picks)
+    taken, (_, start, done) = rng.choice(picks)
     _, start_text, done_text = _EVENT_DAYS[taken.qtype]
     day = {"type": "integer", "minimum": 1, "maximum": 31}
     return replace(group, questions=[
