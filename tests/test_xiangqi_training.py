@@ -172,6 +172,9 @@ def test_agreement_on_tiny_model_is_well_formed(games: list[GameRecord], tiny: A
     unseen = sum(p.key not in seen for p in sample)
     assert result.unseen_positions == unseen
     assert sum(p["n"] for p in result.by_phase.values()) == 6
+    assert [r["gold"] for r in result.results] == [p.example.gold for p in sample]
+    assert sum(r["hit"] for r in result.results) == round(result.top1 * 6)
+    assert [r["seen"] for r in result.results] == [p.key in seen for p in sample]
     base = baseline_agreement(games, 6, seed=1)  # same positions as the sample
     assert base["positions"] == 6 and 0 < base["uniform_random_top1"] < 1
     assert 0 <= base["greedy_top1"] <= 1

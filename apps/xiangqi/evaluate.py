@@ -174,6 +174,9 @@ class AgreementResult:
     seconds: float
     by_phase: dict[str, dict[str, float]] = field(default_factory=dict)
     player: str = "policy"
+    # one per sample position, in sample order (ply, gold, move played, hit, seen in training):
+    # what a paired comparison of two models on the same sample needs
+    results: list[dict[str, Any]] = field(default_factory=list)
 
 
 class SamplePosition(NamedTuple):
@@ -224,6 +227,7 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
     t0 = time.monotonic()
     hits = legal = unseen = unseen_hits = 0
     phases: dict[str, list[int]] = {}
+    results: list[dict[str, Any]] = []
     for start in range(0, len(sample), batch_size):
         chunk = sample[start : start + batch_size]
         requests = [{"document": p.example.document, "questions": [p.example.question],
@@ -244,13 +248,15 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
             if key not in seen:
                 unseen += 1
                 unseen_hits += hit
+            results.append({"ply": ply, "gold": ex.gold, "move": move, "hit": hit,
+                            "seen": key in seen})
     n = len(sample)
     return AgreementResult(
         positions=n, top1=hits / max(1, n), unseen_positions=unseen,
         unseen_top1=unseen_hits / unseen if unseen else None, legal=legal,
         seconds=round(time.monotonic() - t0, 1),
         by_phase={k: {"n": len(v), "top1": sum(v) / len(v)} for k, v in sorted(phases.items())},
-        player=_player_label(search, margin),
+        player=_player_label(search, margin), results=results,
     )
 
 
