@@ -4,9 +4,11 @@ Triton reads TRITON_INTERPRET when it is first imported, so it is set here, befo
 can import triton: kernel tests then run the Triton kernels on the CPU through the interpreter.
 """
 
+import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -47,3 +49,18 @@ def browser() -> Iterator[Any]:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="session")
+def load_benchmark() -> Callable[[str], ModuleType]:
+    """Import a script of benchmarks/ (not a package) by its file name, e.g. "gpu_kernels"."""
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def load(name: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(f"{name}_under_test", root / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load

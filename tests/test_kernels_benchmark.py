@@ -6,9 +6,8 @@ script's own logic (inputs, references, cost model, report) is exercised before 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
@@ -16,20 +15,14 @@ import torch
 
 from decision.kernels import _dispatch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_kernels.py"
+
+@pytest.fixture
+def mod(load_benchmark: Callable[[str], ModuleType]) -> ModuleType:
+    return load_benchmark("gpu_kernels")
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_kernels_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_exits_with_status_2_without_cuda(monkeypatch: pytest.MonkeyPatch,
+def test_exits_with_status_2_without_cuda(mod: ModuleType, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    mod = _load()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setattr(sys, "argv", ["gpu_kernels.py"])
@@ -41,9 +34,8 @@ def test_exits_with_status_2_without_cuda(monkeypatch: pytest.MonkeyPatch,
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _dispatch.triton_interpreting(), reason="needs the Triton interpreter")
-def test_dry_run_on_cpu(monkeypatch: pytest.MonkeyPatch,
+def test_dry_run_on_cpu(mod: ModuleType, monkeypatch: pytest.MonkeyPatch,
                         capsys: pytest.CaptureFixture[str]) -> None:
-    mod = _load()
     monkeypatch.setattr(mod, "DEVICE", "cpu")
     monkeypatch.setattr(mod, "D_CHECK", 16)
     monkeypatch.setattr(mod, "LENGTHS_CHECK", [1, 7, 65])

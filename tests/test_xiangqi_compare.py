@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "compare_xiangqi_agreement.py"
 
-
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compare_xiangqi_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+@pytest.fixture
+def mod(load_benchmark: Callable[[str], ModuleType]) -> ModuleType:
+    return load_benchmark("compare_xiangqi_agreement")
 
 
 def _rows(hits: list[bool], seen: list[bool] | None = None) -> list[dict[str, object]]:
@@ -27,8 +22,7 @@ def _rows(hits: list[bool], seen: list[bool] | None = None) -> list[dict[str, ob
             for i, (h, s) in enumerate(zip(hits, seen, strict=True))]
 
 
-def test_paired_difference_counts_discordant_positions() -> None:
-    mod = _module()
+def test_paired_difference_counts_discordant_positions(mod: ModuleType) -> None:
     a = _rows([True, True, False, False, True, False, False, False, False, False])
     b = _rows([True, False, True, True, True, True, False, False, False, False])
     d = mod.paired_top1_difference(a, b)
@@ -39,15 +33,13 @@ def test_paired_difference_counts_discordant_positions() -> None:
     assert d["ci95"] == pytest.approx((0.2 - mod.Z95 * se, 0.2 + mod.Z95 * se))
 
 
-def test_identical_players_differ_by_nothing() -> None:
-    mod = _module()
+def test_identical_players_differ_by_nothing(mod: ModuleType) -> None:
     a = _rows([True, False, True])
     d = mod.paired_top1_difference(a, a)
     assert d["difference"] == 0.0 and d["ci95"] == (0.0, 0.0)
 
 
-def test_files_of_different_positions_are_refused(tmp_path: Path) -> None:
-    mod = _module()
+def test_files_of_different_positions_are_refused(mod: ModuleType, tmp_path: Path) -> None:
     (tmp_path / "a.json").write_text(json.dumps({"results": _rows([True, False])}))
     other = _rows([True, False])
     other[1]["gold"] = "elsewhere"
@@ -59,8 +51,8 @@ def test_files_of_different_positions_are_refused(tmp_path: Path) -> None:
         mod.main([str(tmp_path / "a.json"), str(tmp_path / "c.json")])
 
 
-def test_prints_all_and_unseen(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    mod = _module()
+def test_prints_all_and_unseen(mod: ModuleType, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a.json").write_text(json.dumps({"results": _rows([True, False, False],
                                                                   [True, False, False])}))
     (tmp_path / "b.json").write_text(json.dumps({"results": _rows([True, True, False],
