@@ -14,21 +14,25 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
-Z95 = 1.959964
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from decision.metrics import Z95  # noqa: E402
 
 
 def paired_top1_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
     """B - A on positions scored by both; ``b_only``/``a_only``: hits of one player alone."""
-    n = len(a)
-    b_only = sum(1 for x, y in zip(a, b, strict=True) if y["hit"] and not x["hit"])
-    a_only = sum(1 for x, y in zip(a, b, strict=True) if x["hit"] and not y["hit"])
-    diff = (b_only - a_only) / n if n else 0.0
-    se = math.sqrt(max(0.0, b_only + a_only - (b_only - a_only) ** 2 / n)) / n if n else 0.0
-    return {"n": n, "a_top1": sum(x["hit"] for x in a) / n if n else 0.0,
-            "b_top1": sum(y["hit"] for y in b) / n if n else 0.0,
+    pairs = list(zip(a, b, strict=True))
+    n = max(1, len(pairs))  # an empty subset reports zeros
+    b_only = sum(1 for x, y in pairs if y["hit"] and not x["hit"])
+    a_only = sum(1 for x, y in pairs if x["hit"] and not y["hit"])
+    diff = (b_only - a_only) / n
+    se = math.sqrt(max(0.0, b_only + a_only - (b_only - a_only) ** 2 / n)) / n
+    return {"n": len(pairs), "a_top1": sum(x["hit"] for x in a) / n,
+            "b_top1": sum(y["hit"] for y in b) / n,
             "difference": diff, "ci95": (diff - Z95 * se, diff + Z95 * se),
             "b_only": b_only, "a_only": a_only}
 
@@ -47,8 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("b", type=Path)
     args = parser.parse_args(argv)
     a, b = _results(args.a), _results(args.b)
-    if [r["gold"] for r in a] != [r["gold"] for r in b] or [r["ply"] for r in a] != [
-            r["ply"] for r in b]:
+    if [(r["ply"], r["gold"]) for r in a] != [(r["ply"], r["gold"]) for r in b]:
         raise SystemExit("the two files score different positions (use the same --positions "
                          "and --seed)")
     unseen = [i for i, r in enumerate(a) if not r["seen"]]

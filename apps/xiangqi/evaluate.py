@@ -225,8 +225,7 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
     from decision.joint.engine import decide_many
 
     t0 = time.monotonic()
-    hits = legal = unseen = unseen_hits = 0
-    phases: dict[str, list[int]] = {}
+    legal = 0
     results: list[dict[str, Any]] = []
     for start in range(0, len(sample), batch_size):
         chunk = sample[start : start + batch_size]
@@ -242,19 +241,17 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
             if search is not None:
                 sound = sound_moves(board, search, margin)
                 move = guided_pick(Move.from_iccs(move), answer.option_probabilities, sound).iccs()
-            hit = move == ex.gold
-            hits += hit
-            phases.setdefault(_phase(ply), []).append(hit)
-            if key not in seen:
-                unseen += 1
-                unseen_hits += hit
-            results.append({"ply": ply, "gold": ex.gold, "move": move, "hit": hit,
+            results.append({"ply": ply, "gold": ex.gold, "move": move, "hit": move == ex.gold,
                             "seen": key in seen})
+    phases: dict[str, list[bool]] = {}
+    for r in results:
+        phases.setdefault(_phase(r["ply"]), []).append(r["hit"])
+    unseen = [r["hit"] for r in results if not r["seen"]]
     n = len(sample)
     return AgreementResult(
-        positions=n, top1=hits / max(1, n), unseen_positions=unseen,
-        unseen_top1=unseen_hits / unseen if unseen else None, legal=legal,
-        seconds=round(time.monotonic() - t0, 1),
+        positions=n, top1=sum(r["hit"] for r in results) / max(1, n),
+        unseen_positions=len(unseen), unseen_top1=sum(unseen) / len(unseen) if unseen else None,
+        legal=legal, seconds=round(time.monotonic() - t0, 1),
         by_phase={k: {"n": len(v), "top1": sum(v) / len(v)} for k, v in sorted(phases.items())},
         player=_player_label(search, margin), results=results,
     )
