@@ -22,6 +22,8 @@ question type and the decoding mode (``"joint"`` or ``"standalone"``). Definitio
 - **Paired joint-minus-standalone difference**: on the same questions, the difference in
   per-question accuracy (sum of per-question differences / N) and in groups fully correct, with a
   percentile bootstrap 95% interval that resamples whole groups with replacement (seeded).
+- **Paired hits** (two players on the same items, e.g. Xiangqi positions): B's hit rate minus
+  A's, with the normal interval for paired proportions built on the discordant items.
 - **Majority baseline** per question type: the share of its questions whose gold equals the most
   frequent gold of that type (needs ``gold`` on the records).
 """
@@ -210,6 +212,36 @@ def paired_difference(joint: Sequence[Record], standalone: Sequence[Record], n_b
                         int(n_q.sum()))
     group = Estimate(float(diff_g.mean()), float(g_low), float(g_high), len(ids))
     return PairedDifference(question, group, len(ids), n_boot)
+
+
+@dataclass(frozen=True)
+class PairedHits:
+    """B minus A on the same items: ``b_only`` / ``a_only`` are the items only one got right."""
+
+    n: int
+    a_rate: float
+    b_rate: float
+    difference: float
+    low: float
+    high: float
+    b_only: int
+    a_only: int
+
+
+def paired_hits_difference(a: Sequence[bool], b: Sequence[bool], z: float = Z95) -> PairedHits:
+    """B's hit rate minus A's on the same items, with the normal interval for paired proportions
+    (only discordant items carry information): se = sqrt(b + c - (b - c)^2 / n) / n, with b and c
+    the items only B and only A got right. Empty input reports zeros."""
+    if len(a) != len(b):
+        raise DecisionInputError(f"paired hits need the same items, got {len(a)} and {len(b)}",
+                                 "hits")
+    n = max(1, len(a))
+    b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
+    a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
+    diff = (b_only - a_only) / n
+    se = math.sqrt(max(0.0, b_only + a_only - (b_only - a_only) ** 2 / n)) / n
+    return PairedHits(len(a), sum(map(bool, a)) / n, sum(map(bool, b)) / n, diff,
+                      diff - z * se, diff + z * se, b_only, a_only)
 
 
 def _pct(x: float | None) -> str:

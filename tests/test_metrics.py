@@ -10,12 +10,14 @@ from hypothesis import strategies as st
 
 from decision.errors import DecisionInputError
 from decision.metrics import (
+    Z95,
     Record,
     accuracy_by_qtype,
     group_accuracy,
     independence_baseline,
     majority_baseline,
     paired_difference,
+    paired_hits_difference,
     per_question_accuracy,
     summarize,
     wilson_interval,
@@ -152,3 +154,31 @@ def test_wilson_contains_the_estimate_and_is_narrower_than_one(n: int, data: st.
     mirror = wilson_interval(n - k, n)
     assert mirror[0] == pytest.approx(1 - high, abs=1e-12)
     assert mirror[1] == pytest.approx(1 - low, abs=1e-12)
+
+
+def test_paired_hits_count_discordant_items() -> None:
+    a = [True, True, False, False, True, False, False, False, False, False]
+    b = [True, False, True, True, True, True, False, False, False, False]
+    d = paired_hits_difference(a, b)
+    assert (d.b_only, d.a_only, d.n) == (3, 1, 10)
+    assert (d.a_rate, d.b_rate) == (0.3, 0.5)
+    assert d.difference == pytest.approx(0.2)
+    se = math.sqrt(3 + 1 - (3 - 1) ** 2 / 10) / 10
+    assert (d.low, d.high) == pytest.approx((0.2 - Z95 * se, 0.2 + Z95 * se))
+
+
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=60))
+def test_paired_hits_are_antisymmetric_and_zero_for_one_player(pairs: list[tuple[bool, bool]]
+                                                               ) -> None:
+    a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    ab, ba = paired_hits_difference(a, b), paired_hits_difference(b, a)
+    assert ab.difference == pytest.approx(-ba.difference)
+    assert (ab.low, ab.high) == pytest.approx((-ba.high, -ba.low))
+    assert ab.low <= ab.difference <= ab.high
+    same = paired_hits_difference(a, a)
+    assert (same.difference, same.low, same.high) == (0.0, 0.0, 0.0)
+
+
+def test_paired_hits_need_the_same_items() -> None:
+    with pytest.raises(DecisionInputError, match="same items"):
+        paired_hits_difference([True], [True, False])

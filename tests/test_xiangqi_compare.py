@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -20,23 +19,6 @@ def _rows(hits: list[bool], seen: list[bool] | None = None) -> list[dict[str, ob
     seen = seen or [False] * len(hits)
     return [{"ply": i, "gold": f"m{i}", "move": "x", "hit": h, "seen": s}
             for i, (h, s) in enumerate(zip(hits, seen, strict=True))]
-
-
-def test_paired_difference_counts_discordant_positions(mod: ModuleType) -> None:
-    a = _rows([True, True, False, False, True, False, False, False, False, False])
-    b = _rows([True, False, True, True, True, True, False, False, False, False])
-    d = mod.paired_top1_difference(a, b)
-    assert (d["b_only"], d["a_only"]) == (3, 1)
-    assert d["a_top1"] == 0.3 and d["b_top1"] == 0.5
-    assert d["difference"] == pytest.approx(0.2)
-    se = math.sqrt(3 + 1 - (3 - 1) ** 2 / 10) / 10
-    assert d["ci95"] == pytest.approx((0.2 - mod.Z95 * se, 0.2 + mod.Z95 * se))
-
-
-def test_identical_players_differ_by_nothing(mod: ModuleType) -> None:
-    a = _rows([True, False, True])
-    d = mod.paired_top1_difference(a, a)
-    assert d["difference"] == 0.0 and d["ci95"] == (0.0, 0.0)
 
 
 def test_files_of_different_positions_are_refused(mod: ModuleType, tmp_path: Path) -> None:
