@@ -1,0 +1,99 @@
+"""apps.xiangqi.symmetry: mirror and colour-swap images of positions, moves and histories."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from types import ModuleType
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apps.xiangqi import Board, perft
+from apps.xiangqi.core import Move
+from apps.xiangqi.fen import STARTING_FEN
+from apps.xiangqi.symmetry import IDENTITY, SYMMETRIES, Symmetry
+
+
+def _random_game(seed: int, plies: int) -> Board:
+    rng = random.Random(seed)
+    board = Board()
+    for _ in range(plies):
+        if board.outcome() is not None:
+            break
+        board.push(rng.choice(board.legal_moves))
+    return board
+
+
+def test_names_and_known_squares() -> None:
+    assert [s.name for s in SYMMETRIES] == ["identity", "mirror", "swap", "mirror+swap"]
+    assert Symmetry(mirror=True).iccs("h2e2") == "b2e2"
+    assert Symmetry(swap=True).iccs("h2e2") == "b7e7"  # Black's cannon to its centre file
+    assert Symmetry(mirror=True, swap=True).iccs("h2e2") == "h7e7"
+    assert IDENTITY.iccs("a0a1") == "a0a1"
+
+
+def test_start_position_is_its_own_mirror_and_swaps_to_black_to_move() -> None:
+    start = Board()
+    assert Symmetry(mirror=True).board(start).fen() == STARTING_FEN
+    assert Symmetry(swap=True).board(start).fen() == STARTING_FEN.replace(" w ", " b ")
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), plies=st.integers(0, 60))
+def test_images_keep_the_rules(seed: int, plies: int) -> None:
+    board = _random_game(seed, plies)
+    for symmetry in SYMMETRIES:
+        image = symmetry.board(board)
+        assert sorted(m.iccs() for m in image.legal_moves) == sorted(
+            symmetry.move(m).iccs() for m in board.legal_moves)
+        assert image.is_check() == board.is_check()
+        assert image.repetition_count() == board.repetition_count()
+        assert image.halfmove_clock == board.halfmove_clock
+        assert image.move_stack == [symmetry.move(m) for m in board.move_stack]
+        assert (image.turn == board.turn) != symmetry.swap
+        assert symmetry.board(image).fen() == board.fen()  # each symmetry is its own inverse
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_perft_is_the_same_in_every_image(seed: int) -> None:
+    board = _random_game(seed, 24)
+    counts = {perft(s.board(board), 2) for s in SYMMETRIES}
+    assert len(counts) == 1
+
+
+@given(st.integers(0, 89), st.integers(0, 89))
+def test_square_and_move_maps_are_involutions(a: int, b: int) -> None:
+    for symmetry in SYMMETRIES:
+        assert symmetry.square(symmetry.square(a)) == a
+        if a != b:
+            move = Move(a, b)
+            assert symmetry.move(symmetry.move(move)) == move
+
+
+@pytest.fixture
+def variants(load_benchmark: Callable[[str], ModuleType]) -> ModuleType:
+    return load_benchmark("xiangqi_decoding_variants")
+
+
+def test_vote_counts_answers_and_breaks_ties_by_summed_probability(variants: ModuleType) -> None:
+    views = [{"answer": "a0a1", "probs": {"a0a1": 0.5, "b0c2": 0.5}},
+             {"answer": "b0c2", "probs": {"a0a1": 0.1, "b0c2": 0.9}}]
+    assert variants.vote(views) == "b0c2"  # one vote each; 1.4 summed beats 0.6
+    assert variants.vote([*views, {"answer": "a0a1", "probs": {"a0a1": 0.2, "b0c2": 0.8}}]) \
+        == "a0a1"  # two votes beat one, whatever the probabilities
+    assert variants.mean_probability(views) == "b0c2"
+
+
+def test_variant_moves_score_the_shipped_rules(variants: ModuleType) -> None:
+    views = [{"answer": "a0a1", "probs": {"a0a1": 0.6, "b0c2": 0.3, "i0i1": 0.1}}] + [
+        {"answer": "b0c2", "probs": {"a0a1": 0.1, "b0c2": 0.8, "i0i1": 0.1}}] * 3
+    row = {"gold": "b0c2", "ply": 0, "key": 0, "views": views,
+           "sound": ["b0c2", "i0i1"], "restricted": "i0i1"}
+    moves = variants.variant_moves([row])
+    assert moves["alone"] == ["a0a1"] and moves["vote all 4"] == ["b0c2"]
+    assert moves["guided (shipped)"] == ["b0c2"]  # a0a1 unsound: the sound move of most probability
+    assert moves["guided, restricted choice"] == ["i0i1"]
+    lines = variants.report([row], seen=set())
+    assert any(line.startswith("| vote all 4 | 100.0 % |") for line in lines)
