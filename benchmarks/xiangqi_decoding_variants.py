@@ -43,7 +43,6 @@ from apps.xiangqi.core import Move  # noqa: E402
 from apps.xiangqi.dataset import data_dir  # noqa: E402
 from apps.xiangqi.evaluate import (  # noqa: E402
     SamplePosition,
-    _load,
     agreement_sample,
     cached_training_keys,
 )
@@ -57,6 +56,7 @@ from apps.xiangqi.render import move_question, position_document  # noqa: E402
 from apps.xiangqi.search import SearchConfig  # noqa: E402
 from apps.xiangqi.symmetry import SYMMETRIES  # noqa: E402
 from apps.xiangqi.training import load_games  # noqa: E402
+from decision import load_model  # noqa: E402
 from decision.metrics import paired_hits_difference  # noqa: E402
 
 View = dict[str, Any]  # {"answer": ICCS, "probs": {ICCS: probability}}, in the position's frame
@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     seen = cached_training_keys(data / "train-games.jsonl.gz", args.keys_cache)
     search = SearchConfig(depth=args.search_depth) if args.search_depth else None
     t0 = time.monotonic()
-    rows = decode_positions(_load(args.model), sample, search, args.margin)
+    model = load_model(args.model, dtype=torch.float32)  # as evaluate.py: bf16 weights, fp32 maths
+    rows = decode_positions(model, sample, search, args.margin)
     print(f"# {args.model}, validation seed {args.seed}, search depth {args.search_depth}, "
           f"{time.monotonic() - t0:.0f} s")
     print("\n".join(report(rows, seen)))
