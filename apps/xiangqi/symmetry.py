@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apps.xiangqi.board import Board
-from apps.xiangqi.core import Move, Piece
+from apps.xiangqi.core import Move
+from apps.xiangqi.fen import board_fen
 
 
 @dataclass(frozen=True)
@@ -58,23 +59,11 @@ class Symmetry:
         return image
 
     def _fen(self, board: Board) -> str:
-        grid = [["."] * 9 for _ in range(10)]
+        codes = [0] * 90
         for sq, piece in board.piece_map().items():
-            rank, file = divmod(self.square(sq), 9)
-            grid[rank][file] = Piece(piece.piece_type, piece.color != self.swap).symbol()
-        rows = []
-        for rank in range(9, -1, -1):
-            row, empty = "", 0
-            for cell in grid[rank]:
-                if cell == ".":
-                    empty += 1
-                    continue
-                row += (str(empty) if empty else "") + cell
-                empty = 0
-            rows.append(row + (str(empty) if empty else ""))
+            codes[self.square(sq)] = -piece.code if self.swap else piece.code
         side = "w" if board.turn != self.swap else "b"
-        return f"{'/'.join(rows)} {side} - - {board.halfmove_clock} {board.fullmove_number}"
-
+        return f"{board_fen(codes)} {side} - - {board.halfmove_clock} {board.fullmove_number}"
 
 IDENTITY = Symmetry()
 SYMMETRIES: tuple[Symmetry, ...] = (
