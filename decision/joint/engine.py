@@ -28,6 +28,8 @@ from decision.joint.sampler import (
     StepReport,
     ThresholdSamplerConfig,
 )
+from decision.joint.scoring import ORDERS as SCORING_ORDERS
+from decision.joint.scoring import SlotOptions, score_options
 from decision.schemas.compile import (
     TokenAutomaton,
     TokenizerContext,
@@ -53,12 +55,15 @@ class EngineConfig:
     ``min_scope``: the default sampler's "at least one token a step" applies per pass ("row")
     or per answer slot ("slot"); ``commit``: a token that rule picks is fixed with the rest of
     its answer ("answer", the default) or alone ("token"); see ``ThresholdSamplerConfig``.
+    ``scoring_orders``: the decoding orders a request with ``score_options`` averages over
+    (``decision.joint.scoring``).
     """
 
     max_block_tokens: int = 256
     reuse_document_cache: bool = True
     min_scope: Literal["row", "slot"] = "row"
     commit: Literal["token", "answer"] = "answer"
+    scoring_orders: tuple[str, ...] = SCORING_ORDERS
 
 
 @dataclass
@@ -74,6 +79,7 @@ class _Request:
     max_steps: int | None
     return_probabilities: bool
     commit: str  # what the sampler's minimum fixes with a token (ThresholdSamplerConfig)
+    score_options: bool  # answer by scoring every option instead of denoising
     passes: list[tuple[str, list[int]]]  # (kind, question indices)
 
 
@@ -97,16 +103,21 @@ def decide(
     return_probabilities: bool = False,
     *,
     commit: Any = None,
+    score_options: bool = False,
     sampler: Sampler | None = None,
     config: EngineConfig | None = None,
 ) -> Decision:
     """Answer ``questions`` about ``document`` with ``model`` (see docs/decoding.md).
 
     ``commit``: "answer" or "token" (``ThresholdSamplerConfig``); None takes ``config``'s.
+    ``score_options``: answer ``choice``/``boolean`` questions by scoring every option
+    (``decision.joint.scoring``) instead of denoising; ``threshold``, ``max_steps`` and
+    ``commit`` then play no part.
     """
     request = DecisionRequest(
         document=document, questions=questions, mode=mode, threshold=threshold,
         max_steps=max_steps, return_probabilities=return_probabilities, commit=commit,
+        score_options=score_options,
     )
     return decide_many(model, [request], sampler=sampler, config=config)[0]
 
@@ -138,8 +149,18 @@ def decide_many(
         _validate(r, ctx, config, f"requests.{i}." if prefix else "")
         for i, r in enumerate(requests)
     ]
+    out: list[Decision | None] = [None] * len(parsed)
     with torch.inference_mode():
-        return _run(model, ctx, parsed, config, sampler)
+        for scored in (False, True):  # two batches when a call mixes the two ways of answering
+            members = [i for i, r in enumerate(parsed) if r.score_options is scored]
+            if not members:
+                continue
+            part = [parsed[i] for i in members]
+            decisions = (_run_scored(model, ctx, part, config) if scored
+                         else _run(model, ctx, part, config, sampler))
+            for i, decision in zip(members, decisions, strict=True):
+                out[i] = decision
+    return [d for d in out if d is not None]
 
 
 # ---------------------------------------------------------------------- validation
@@ -194,6 +215,15 @@ def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str)
         raise DecisionInputError("document must be a non-empty string", where + "document")
     questions = _questions(raw.questions, mode, where)
     automata = [compile_question(q, ctx, f"{where}questions.{i}") for i, q in enumerate(questions)]
+    score_options = bool(raw.score_options)
+    if score_options:
+        for i, q in enumerate(questions):
+            if q.answer.options() is None:
+                raise DecisionInputError(
+                    f"score_options answers closed sets (choice, boolean); question {i} is "
+                    f"{q.answer.type}",
+                    f"{where}questions.{i}.answer.type",
+                )
     encode = ctx.tokenizer.encode
     return _Request(
         document_ids=encode(document, add_special_tokens=False).ids,
@@ -205,6 +235,7 @@ def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str)
         max_steps=max_steps,
         return_probabilities=bool(raw.return_probabilities),
         commit=commit,
+        score_options=score_options,
         passes=_plan(mode, automata, config),
     )
 
@@ -413,6 +444,87 @@ def _run(
         "total": total_s * 1e3,
     }
     return _decisions(ctx, requests, rows, state, slots, row_steps, decoded, timings)
+
+
+def _run_scored(
+    model: Any, ctx: TokenizerContext, requests: list[_Request], config: EngineConfig
+) -> list[Decision]:
+    """Answer by scoring every option of every slot (``decision.joint.scoring``), each slot
+    with the pass's other slots masked."""
+    start = time.perf_counter()
+    device = model.device
+    rows = _rows(model, ctx, requests)
+    cache = _prefill(model, ctx, requests, rows, config.reuse_document_cache)
+    _sync(device)
+    prefill_s = time.perf_counter() - start
+    blocks, block_mask = _pad([row.layout.block for row in rows], ctx.special.pad)
+    seg, _ = _pad([row.layout.block_segments for row in rows], 0)
+    block_mask_d, seg_d = block_mask.to(device), seg.to(device)
+    slots: list[SlotOptions] = []
+    owners: list[tuple[int, int, list[str]]] = []  # (row, question, options) of each slot
+    for b, row in enumerate(rows):
+        req = requests[row.request]
+        for span in row.layout.block_slots():
+            question = row.questions[span.question]
+            options = req.questions[question].answer.options() or []
+            slots.append(SlotOptions(b, span.start, tuple(
+                _canonical(ctx, option, span.length) for option in options)))
+            owners.append((b, question, options))
+    denoise_s = 0.0
+
+    def denoise(ids: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
+        nonlocal denoise_s
+        t0 = time.perf_counter()
+        which_d = which.to(device)
+        logits = model.denoise(ids.to(device), cache.index_select(which_d),
+                               block_mask_d.index_select(0, which_d),
+                               seg_d.index_select(0, which_d))
+        _sync(device)
+        denoise_s += time.perf_counter() - t0
+        return logits
+
+    scored = score_options(denoise, blocks, slots, config.scoring_orders)
+    total_s = time.perf_counter() - start
+    timings = {
+        "prefill": prefill_s * 1e3,
+        "denoise": denoise_s * 1e3,
+        "sampler": (total_s - prefill_s - denoise_s) * 1e3,
+        "constraint": 0.0,
+        "total": total_s * 1e3,
+    }
+    answers: list[dict[int, Answer]] = [{} for _ in requests]
+    for (b, question, options), probs in zip(owners, scored.probabilities, strict=True):
+        row = rows[b]
+        req = requests[row.request]
+        best = int(torch.argmax(probs))  # the first of equals, in the options' order
+        answers[row.request][question] = Answer(
+            id=req.questions[question].id,
+            value=req.questions[question].answer.parse(options[best]),
+            text=options[best],
+            confidence=float(probs[best].clamp(0.0, 1.0)),
+            option_probabilities=(dict(zip(options, probs.tolist(), strict=True))
+                                  if req.return_probabilities else None),
+            mode=row.kind,  # type: ignore[arg-type]
+        )
+    out: list[Decision] = []
+    for r, req in enumerate(requests):
+        mine = [b for b, row in enumerate(rows) if row.request == r]
+        steps = int(scored.row_forwards[mine].max())
+        tokens = sum(span.length for b in mine for span in rows[b].layout.slots)
+        out.append(Decision(
+            answers=[answers[r][i] for i in range(len(req.questions))],
+            mode="+".join(sorted({rows[b].kind for b in mine})),
+            steps=steps,
+            tokens_per_forward=tokens / max(steps, 1),
+            timings=dict(timings),
+        ))
+    return out
+
+
+def _canonical(ctx: TokenizerContext, option: str, length: int) -> tuple[int, ...]:
+    """``option`` in the tokenizer's own encoding, ``[EOS]``-padded to ``length`` tokens."""
+    ids = ctx.tokenizer.encode(option, add_special_tokens=False).ids
+    return (*ids, *[ctx.special.eos] * (length - len(ids)))
 
 
 def _samplers(

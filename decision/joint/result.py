@@ -45,3 +45,4 @@ class DecisionRequest(BaseModel):
     max_steps: Any = None
     return_probabilities: bool = False
     commit: Any = None  # "answer" | "token"; None: the engine's (EngineConfig.commit)
+    score_options: bool = False  # choice/boolean: score every option (decision.joint.scoring)

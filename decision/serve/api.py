@@ -37,6 +37,12 @@ class DecideOptions(BaseModel):
     return_probabilities: bool = Field(
         False, description="Also return each option's probability (choice and boolean answers)."
     )
+    score_options: bool = Field(
+        False,
+        description="Choice and boolean questions only: answer by scoring every option with "
+        "the chain rule over its tokens (averaged over two decoding orders) instead of "
+        "denoising; threshold, commit and max_steps then play no part.",
+    )
 
 
 class DecideBody(BaseModel):

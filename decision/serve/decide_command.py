@@ -30,6 +30,8 @@ def register(subparsers: Any) -> None:
                         "or one token")
     p.add_argument("--probabilities", action="store_true",
                    help="include option probabilities (choice and boolean)")
+    p.add_argument("--score-options", action="store_true",
+                   help="choice and boolean questions: score every option instead of denoising")
     p.set_defaults(func=run)
 
 
@@ -59,6 +61,8 @@ def read_body(args: argparse.Namespace) -> Any:
             options[key] = value
     if args.probabilities:
         options["return_probabilities"] = True
+    if args.score_options:
+        options["score_options"] = True
     payload = {"document": document, "questions": spec.get("questions"), "mode": args.mode,
                "options": options}
     return parse_decide_body(payload)

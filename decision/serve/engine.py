@@ -78,6 +78,7 @@ class ModelEngine:
             max_steps=body.options.max_steps,
             return_probabilities=body.options.return_probabilities,
             commit=body.options.commit,
+            score_options=body.options.score_options,
         )
         # The decoder's checks: mode, options, question count (8 at most in joint mode), each
         # schema compiled to its automaton (cached for the decode), then the layout of every

@@ -1,0 +1,201 @@
+"""Option scoring (decision.joint.scoring): against the naive chain rule, and through decide."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from decision.errors import DecisionInputError
+from decision.joint.engine import EngineConfig, decide, decide_many
+from decision.joint.scoring import (
+    ORDERS,
+    SlotOptions,
+    naive_score_options,
+    order_positions,
+    score_options,
+)
+from decision.joint.toy import lease_document, toy_model
+from decision.schemas.compile import tokenizer_context
+
+MASK, VOCAB = 0, 12
+DOC = lease_document(2, seed=3)
+CHOICE = {"id": "payer", "text": "Who pays for repairs?",
+          "answer": {"type": "choice", "options": ["tenant", "landlord", "not stated"]}}
+BOOLEAN = {"id": "timely", "text": "Is the notice timely?", "answer": {"type": "boolean"}}
+INTEGER = {"id": "days", "text": "How many days?",
+           "answer": {"type": "integer", "minimum": 0, "maximum": 120}}
+
+
+def context_denoiser(seed: int):
+    """Logits that depend on every token of the row and on the position (so the order of
+    scoring matters), counting the calls and rows it serves."""
+    g = torch.Generator().manual_seed(seed)
+    emb = torch.randn(VOCAB, 8, generator=g, dtype=torch.float64)
+    pos = torch.randn(16, 8, generator=g, dtype=torch.float64)
+    out = torch.randn(8, VOCAB, generator=g, dtype=torch.float64)
+    calls: list[int] = []
+
+    def denoise(ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        calls.append(ids.shape[0])
+        h = emb[ids] + pos[: ids.shape[1]]  # [N, L, 8]
+        mixed = torch.tanh(h + h.mean(1, keepdim=True) + rows[:, None, None].double())
+        return mixed @ out
+
+    return denoise, calls
+
+
+@st.composite
+def problems(draw):
+    """Blocks of up to 3 rows with up to 3 slots of up to 4 tokens; distinct options each."""
+    rows = draw(st.integers(1, 3))
+    width = 14
+    blocks = torch.full((rows, width), 5, dtype=torch.long)
+    slots = []
+    for row in range(rows):
+        start = 0
+        for _ in range(draw(st.integers(1, 2))):
+            length = draw(st.integers(1, 4))
+            if start + length > width:
+                break
+            options = draw(st.lists(st.tuples(*[st.integers(1, VOCAB - 1)] * length),
+                                    min_size=1, max_size=7, unique=True))
+            blocks[row, start : start + length] = MASK
+            slots.append(SlotOptions(row, start, tuple(options)))
+            start += length + 1
+    orders = draw(st.sampled_from([ORDERS, ("left_to_right",), ("right_to_left",)]))
+    return blocks, slots, orders, draw(st.integers(0, 2**16)), draw(st.integers(1, 9))
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems())
+def test_equals_the_naive_chain_rule(problem) -> None:
+    blocks, slots, orders, seed, max_rows = problem
+    denoise, _ = context_denoiser(seed)
+    fast = score_options(denoise, blocks, slots, orders, max_rows=max_rows)
+    naive = naive_score_options(denoise, blocks, slots, orders)
+    for got, want in zip(fast.probabilities, naive, strict=True):
+        assert torch.allclose(got, want, atol=1e-6)
+        assert abs(float(got.sum()) - 1.0) < 1e-5
+        assert bool((got >= 0).all())
+
+
+def test_forwards_one_per_level_and_none_where_nothing_differs() -> None:
+    denoise, calls = context_denoiser(0)
+    blocks = torch.full((1, 6), MASK, dtype=torch.long)
+    # every option starts with token 3 and ends with 4: the first and last positions are given
+    slot = SlotOptions(0, 1, ((3, 1, 4), (3, 2, 4), (3, 5, 4)))
+    scored = score_options(denoise, blocks, [slot], ORDERS)
+    assert calls == [2]  # the middle position, once per order, in one batched forward
+    assert scored.row_forwards.tolist() == [1]
+    single = score_options(denoise, blocks, [SlotOptions(0, 0, ((7, 7),))], ORDERS)
+    assert single.probabilities[0].tolist() == [1.0] and single.row_forwards.tolist() == [0]
+
+
+def test_orders_and_bad_slots() -> None:
+    assert order_positions("left_to_right", 3) == [0, 1, 2]
+    assert order_positions("right_to_left", 3) == [2, 1, 0]
+    with pytest.raises(ValueError, match="unknown scoring order"):
+        order_positions("middle_out", 3)
+    with pytest.raises(ValueError, match="one length"):
+        SlotOptions(0, 0, ((1, 2), (3,)))
+    with pytest.raises(ValueError, match="same tokens"):
+        SlotOptions(0, 0, ((1, 2), (1, 2)))
+
+
+# ---------------------------------------------------------------------- through the engine
+
+
+@pytest.fixture(scope="module")
+def model():
+    return toy_model()
+
+
+def test_answer_is_the_most_probable_option(model) -> None:
+    d = decide(model, DOC, [CHOICE, BOOLEAN], return_probabilities=True, score_options=True)
+    assert d.mode == "joint" and d.steps >= 1
+    for answer, question in zip(d.answers, [CHOICE, BOOLEAN], strict=True):
+        probs = answer.option_probabilities
+        assert probs is not None and abs(sum(probs.values()) - 1.0) < 1e-5
+        best = max(probs, key=probs.get)
+        assert answer.text == best and answer.confidence == pytest.approx(probs[best])
+        if question is BOOLEAN:
+            assert answer.value is (best == "yes")
+        else:
+            assert answer.value == best
+    quiet = decide(model, DOC, [CHOICE], score_options=True)
+    assert quiet.answers[0].option_probabilities is None
+
+
+def test_engine_equals_the_chain_rule_without_a_cache(model) -> None:
+    """Through the history cache and the batched levels, the same numbers as full forwards of
+    each prefix (model.forward: history prefilled anew) in the naive reference."""
+    from decision.joint.layout import build_layout
+
+    ctx = tokenizer_context(model.tokenizer)
+    enc = ctx.tokenizer.encode
+    options = CHOICE["answer"]["options"]
+    budget = max(ctx.count_tokens(o) for o in options)
+    layout = build_layout(ctx.special, enc(DOC, add_special_tokens=False).ids,
+                          [enc(CHOICE["text"], add_special_tokens=False).ids], [budget])
+    history = torch.tensor([layout.history_ids])
+    history_seg = torch.tensor([layout.history_segments])
+    block = torch.tensor([layout.block])
+    block_seg = torch.tensor([layout.block_segments])
+
+    def full_forward(ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        n = ids.shape[0]
+        with torch.inference_mode():
+            return model(history.expand(n, -1), ids, None, None, history_seg.expand(n, -1),
+                         block_seg.expand(n, -1))
+
+    span = layout.block_slots()[0]
+    eos = ctx.special.eos
+    sequences = tuple(tuple(enc(o, add_special_tokens=False).ids)
+                      + (eos,) * (budget - ctx.count_tokens(o)) for o in options)
+    want = naive_score_options(full_forward, block, [SlotOptions(0, span.start, sequences)])[0]
+    got = decide(model, DOC, [CHOICE], return_probabilities=True, score_options=True)
+    probs = got.answers[0].option_probabilities
+    assert [probs[o] for o in options] == pytest.approx(want.tolist(), abs=1e-5)
+
+
+def test_joint_one_question_equals_standalone_and_deterministic(model) -> None:
+    joint = decide(model, DOC, [CHOICE], mode="joint", return_probabilities=True,
+                   score_options=True)
+    alone = decide(model, DOC, [CHOICE], mode="standalone", return_probabilities=True,
+                   score_options=True)
+    again = decide(model, DOC, [CHOICE], mode="joint", return_probabilities=True,
+                   score_options=True)
+    assert alone.mode == "standalone"
+    assert joint.answers[0].value == alone.answers[0].value == again.answers[0].value
+    for o, p in joint.answers[0].option_probabilities.items():
+        assert alone.answers[0].option_probabilities[o] == pytest.approx(p, abs=1e-5)
+        assert again.answers[0].option_probabilities[o] == p
+
+
+def test_one_order_is_a_config_choice(model) -> None:
+    config = EngineConfig(scoring_orders=("left_to_right",))
+    d = decide(model, DOC, [CHOICE], return_probabilities=True, score_options=True,
+               config=config)
+    assert abs(sum(d.answers[0].option_probabilities.values()) - 1.0) < 1e-5
+
+
+def test_mixed_batch_keeps_request_order(model) -> None:
+    scored = {"document": DOC, "questions": [CHOICE], "score_options": True,
+              "return_probabilities": True}
+    denoised = {"document": DOC, "questions": [CHOICE, INTEGER], "threshold": 0.5}
+    out = decide_many(model, [denoised, scored, denoised])
+    solo_scored = decide_many(model, [scored])[0]
+    solo_denoised = decide_many(model, [denoised])[0]
+    assert [len(d.answers) for d in out] == [2, 1, 2]
+    assert out[1].answers[0].option_probabilities == pytest.approx(
+        solo_scored.answers[0].option_probabilities)
+    assert [a.value for a in out[0].answers] == [a.value for a in solo_denoised.answers]
+
+
+def test_open_answers_refused(model) -> None:
+    with pytest.raises(DecisionInputError) as err:
+        decide(model, DOC, [CHOICE, INTEGER], score_options=True)
+    assert err.value.field == "questions.1.answer.type"
+    assert "choice, boolean" in err.value.message
