@@ -4,12 +4,13 @@
     .venv/bin/python benchmarks/xiangqi_decoding_variants.py --search-depth 0 --positions 500
 
 Every position is decoded once in each of its four images (:mod:`apps.xiangqi.symmetry`: as is,
-mirrored, colours swapped, both) with the player's decoder (``commit="token"``, option
-probabilities on), the answers mapped back to the position. With ``--search-depth`` above 0,
+mirrored, colours swapped, both) with ``--decoder`` (default ``token``: denoising one token a
+step, the player's decoder when the recorded results were taken; option probabilities on), the
+answers mapped back to the position. With ``--search-depth`` above 0,
 ``SearchGuidedPlayer``'s sound moves are computed too and the position is decoded once more with
 its choice restricted to them. Variants, each scored by top-1 agreement with the master's move:
 
-* ``alone``: the shipped ``ModelPlayer`` (the position as is);
+* ``alone``: ``ModelPlayer`` with that decoder (the position as is);
 * ``view <name>``: the model's answer on one image alone;
 * ``vote identity+mirror`` / ``vote all 4``: the answer most views give (ties: the larger summed
   option probability); ``mean probability, all 4``: the largest summed option probability;
@@ -48,7 +49,8 @@ from apps.xiangqi.evaluate import (  # noqa: E402
 )
 from apps.xiangqi.model_player import (  # noqa: E402
     DEFAULT_MARGIN,
-    MOVE_COMMIT,
+    MOVE_DECODERS,
+    decoder_options,
     guided_pick,
     sound_moves,
 )
@@ -82,13 +84,15 @@ def mean_probability(views: Sequence[View]) -> str:
     return max(summed, key=lambda m: (summed[m], m))
 
 
-def _request(document: str, question: dict[str, Any], probabilities: bool) -> dict[str, Any]:
+def _request(document: str, question: dict[str, Any], probabilities: bool,
+             decoder: str) -> dict[str, Any]:
     return {"document": document, "questions": [question], "mode": "joint", "threshold": 0.9,
-            "return_probabilities": probabilities, "commit": MOVE_COMMIT}
+            "return_probabilities": probabilities, **decoder_options(decoder)}
 
 
 def decode_positions(model: Any, sample: Sequence[SamplePosition], search: SearchConfig | None,
-                     margin: float, chunk: int = 8) -> list[dict[str, Any]]:
+                     margin: float, decoder: str = "token", chunk: int = 8
+                     ) -> list[dict[str, Any]]:
     """Per position: the gold move, each image's view and, with ``search``, the sound moves and
     the restricted decode (see the module docstring)."""
     from decision.joint.engine import decide_many
@@ -101,12 +105,13 @@ def decode_positions(model: Any, sample: Sequence[SamplePosition], search: Searc
         for p in part:
             for symmetry in SYMMETRIES:
                 image = symmetry.board(p.board)
-                requests.append(_request(position_document(image), move_question(image), True))
+                requests.append(_request(position_document(image), move_question(image), True,
+                                         decoder))
             if search is not None:
                 sound = sorted(m.iccs() for m in sound_moves(p.board, search, margin))
                 restricted = dict(p.example.question,
                                   answer={"type": "choice", "options": sound})
-                requests.append(_request(p.example.document, restricted, False))
+                requests.append(_request(p.example.document, restricted, False, decoder))
                 sounds.append(sound)
         decisions = iter(decide_many(model, requests))
         for i, p in enumerate(part):
@@ -177,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--search-depth", type=int, default=3)
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--decoder", choices=MOVE_DECODERS, default="token",
+                        help="how each view is asked (%(default)s: the player's until stage 5, "
+                             "which the recorded results used)")
     parser.add_argument("--keys-cache", default=str(REPO_ROOT / "runs" / "xiangqi-train-keys.npy"))
     parser.add_argument("--out", default=None, help="write every position's views here (JSON)")
     args = parser.parse_args(argv)
@@ -188,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     search = SearchConfig(depth=args.search_depth) if args.search_depth else None
     t0 = time.monotonic()
     model = load_model(args.model, dtype=torch.float32)  # as evaluate.py: bf16 weights, fp32 maths
-    rows = decode_positions(model, sample, search, args.margin)
+    rows = decode_positions(model, sample, search, args.margin, args.decoder)
     print(f"# {args.model}, validation seed {args.seed}, search depth {args.search_depth}, "
           f"{time.monotonic() - t0:.0f} s")
     print("\n".join(report(rows, seen)))

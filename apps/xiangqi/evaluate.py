@@ -40,9 +40,11 @@ from apps.xiangqi.board import Board
 from apps.xiangqi.core import BLACK, RED, Move
 from apps.xiangqi.model_player import (
     DEFAULT_MARGIN,
-    MOVE_COMMIT,
+    MOVE_DECODER,
+    MOVE_DECODERS,
     ModelPlayer,
     SearchGuidedPlayer,
+    decoder_options,
     guided_pick,
     sound_moves,
 )
@@ -87,11 +89,11 @@ class BatchingModel:
 
     def decide(self, document: str, questions: list[Any], mode: str = "joint",
                threshold: float = 0.9, return_probabilities: bool = False,
-               commit: str | None = None) -> Any:
+               commit: str | None = None, score_options: bool = False) -> Any:
         fut: Future[Any] = Future()
         request = {"document": document, "questions": questions, "mode": mode,
                    "threshold": threshold, "return_probabilities": return_probabilities,
-                   "commit": commit}
+                   "commit": commit, "score_options": score_options}
         self._queue.put((request, fut))
         return fut.result()
 
@@ -216,11 +218,11 @@ def _phase(ply: int) -> str:
 
 def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
               batch_size: int = 32, search: SearchConfig | None = None,
-              margin: float = DEFAULT_MARGIN, commit: str = MOVE_COMMIT) -> AgreementResult:
+              margin: float = DEFAULT_MARGIN, decoder: str = MOVE_DECODER) -> AgreementResult:
     """Decode every sample position (batched ``decide_many``) and compare with the gold move.
 
     ``search``: the move is the one :class:`SearchGuidedPlayer` would play (blunders vetoed).
-    ``commit``: the decoder's (``ThresholdSamplerConfig.commit``); the player's by default.
+    ``decoder``: how the move is asked (``model_player.MOVE_DECODERS``); the player's by default.
     """
     from decision.joint.engine import decide_many
 
@@ -231,7 +233,7 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
         chunk = sample[start : start + batch_size]
         requests = [{"document": p.example.document, "questions": [p.example.question],
                      "mode": "joint", "threshold": 0.9, "return_probabilities": search is not None,
-                     "commit": commit}
+                     **decoder_options(decoder)}
                     for p in chunk]
         for (ex, key, ply, board), decision in zip(chunk, decide_many(model, requests),
                                                    strict=True):
@@ -420,8 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     agr.add_argument("--search-depth", type=int, default=0,
                      help="score the moves SearchGuidedPlayer plays at this depth (0: the model's)")
     agr.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
-    agr.add_argument("--commit", choices=("token", "answer"), default=MOVE_COMMIT,
-                     help="the decoder's commit rule (the player's: %(default)s)")
+    agr.add_argument("--decoder", choices=MOVE_DECODERS, default=MOVE_DECODER,
+                     help="how the move is asked (the player's: %(default)s)")
     keys = sub.add_parser("keys", help="compute and cache the training positions' keys")
     keys.add_argument("--train-games", default=str(DATA / "train-games.jsonl.gz"))
     keys.add_argument("--keys-cache", default="runs/xiangqi-train-keys.npy")
@@ -452,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         seen = cached_training_keys(args.train_games, args.keys_cache)
         search = SearchConfig(depth=args.search_depth) if args.search_depth else None
         result: Any = agreement(model, sample, seen, args.batch_size, search, args.margin,
-                                args.commit)
+                                args.decoder)
         if args.timing:
             timing = move_timing(model, sample[: args.timing])
             print(json.dumps({"unbatched_move": timing}))

@@ -56,12 +56,22 @@ class MoveChoice:
     source: str
 
 
-# The move is one choice of several tokens. Fixing them one a step (the decoder's "token"
-# commit) lets the model read its own partial move before the rest; its first fix bringing the
-# whole move with it (the default "answer") scored 11.9 % top-1 against 12.6 % (stage 3) and
-# 12.1 % against 13.3 % (stage 4) and 13.55 % against 14.35 % (stage 5) on the 2,000 validation
-# positions of docs/xiangqi-model.md, so the player asks for "token".
-MOVE_COMMIT = "token"
+# How the player asks for the move, a choice of four tokens: "score" scores every legal move by
+# the chain rule over its tokens (decision.joint.scoring: the engine's score_options); "token" and
+# "answer" denoise, fixing one token a step or the first fix's whole move. Of the two denoising
+# rules "token" was the better at every stage (13.55 % against 14.35 % top-1 with stage 5 on the
+# 2,000 validation positions of docs/xiangqi-model.md); scoring is better than both (same page).
+MOVE_DECODERS = ("score", "token", "answer")
+MOVE_DECODER = "score"
+
+
+def decoder_options(decoder: str) -> dict[str, Any]:
+    """The ``decide`` options of one of :data:`MOVE_DECODERS`."""
+    if decoder == "score":
+        return {"score_options": True}
+    if decoder in ("token", "answer"):
+        return {"commit": decoder}
+    raise ValueError(f"unknown move decoder {decoder!r}; known: {list(MOVE_DECODERS)}")
 
 
 class ModelPlayer:
@@ -70,10 +80,13 @@ class ModelPlayer:
     ``decide`` is called under a lock: one model instance serves one position at a time.
     """
 
-    def __init__(self, model: Any, name: str = "decision-model", threshold: float = 0.9) -> None:
+    def __init__(self, model: Any, name: str = "decision-model", threshold: float = 0.9,
+                 decoder: str = MOVE_DECODER) -> None:
+        decoder_options(decoder)  # fail now on an unknown decoder
         self.model = model
         self.name = name
         self.threshold = threshold
+        self.decoder = decoder
         self._lock = threading.Lock()
 
     def choose_with_info(self, board: Board) -> MoveChoice:
@@ -92,7 +105,7 @@ class ModelPlayer:
         question = move_question(board)
         with self._lock:
             decision = _decide(self.model, document, question, self.threshold,
-                               return_probabilities, MOVE_COMMIT)
+                               return_probabilities, self.decoder)
         answer = decision.answers[0]
         move = Move.from_iccs(str(answer.value))
         if not board.is_legal(move):  # constrained decoding makes this impossible
@@ -115,8 +128,9 @@ class SearchGuidedPlayer(ModelPlayer):
     """
 
     def __init__(self, model: Any, name: str = "decision-model", threshold: float = 0.9,
-                 search: SearchConfig | None = None, margin: float = DEFAULT_MARGIN) -> None:
-        super().__init__(model, name, threshold)
+                 search: SearchConfig | None = None, margin: float = DEFAULT_MARGIN,
+                 decoder: str = MOVE_DECODER) -> None:
+        super().__init__(model, name, threshold, decoder)
         self.search = search or SearchConfig(depth=DEFAULT_SEARCH_DEPTH)
         self.margin = margin
         self.overrides = 0  # model answers the search vetoed
@@ -208,15 +222,17 @@ def _completes_threefold(board: Board, move: Move) -> bool:
 
 
 def _decide(model: Any, document: str, question: Any, threshold: float,
-            return_probabilities: bool = False, commit: str | None = None) -> Any:
-    """``model.decide`` (interfaces.md); a bare DecisionModel goes through the joint engine."""
+            return_probabilities: bool = False, decoder: str = MOVE_DECODER) -> Any:
+    """``model.decide`` (interfaces.md) with ``decoder``'s options; a bare DecisionModel goes
+    through the joint engine."""
+    options = decoder_options(decoder)
     if hasattr(model, "decide"):
         return model.decide(document, [question], mode="joint", threshold=threshold,
-                            return_probabilities=return_probabilities, commit=commit)
+                            return_probabilities=return_probabilities, **options)
     from decision.joint.engine import decide
 
     return decide(model, document, [question], mode="joint", threshold=threshold,
-                  return_probabilities=return_probabilities, commit=commit)
+                  return_probabilities=return_probabilities, **options)
 
 
 def choose_move(player: Player, board: Board) -> MoveChoice:
@@ -241,6 +257,7 @@ class ServiceModel:
     def decide(
         self, document: str, questions: list[Any], mode: str = "joint", threshold: float = 0.9,
         return_probabilities: bool = False, commit: str | None = None,
+        score_options: bool = False,
     ) -> Any:
         import anyio.from_thread
 
@@ -254,7 +271,8 @@ class ServiceModel:
             mode=mode,  # type: ignore[arg-type]
             options=DecideOptions(threshold=threshold,
                                   return_probabilities=return_probabilities,
-                                  commit=commit),  # type: ignore[arg-type]
+                                  commit=commit,  # type: ignore[arg-type]
+                                  score_options=score_options),
         )
         return anyio.from_thread.run(self.service.decide, body)
 
