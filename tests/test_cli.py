@@ -67,6 +67,14 @@ def test_decide_prints_the_json_answer(
         assert isinstance(data["answers"][0]["value"], bool)
         assert set(data["answers"][0]["option_probabilities"]) == {"yes", "no"}
         assert 0 <= data["answers"][1]["value"] <= 90
+    boolean = tmp_path / "boolean.json"
+    boolean.write_text(json.dumps(json.loads(questions.read_text())[:1]))
+    status = main(["decide", "--document", str(document), "--questions", str(boolean),
+                   "--model", str(checkpoint), "--probabilities", "--score-options"])
+    assert status == 0
+    answer = json.loads(capsys.readouterr().out)["answers"][0]
+    probs = answer["option_probabilities"]
+    assert answer["text"] == max(probs, key=probs.get)
 
 
 @pytest.mark.parametrize(

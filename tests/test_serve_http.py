@@ -88,6 +88,21 @@ def test_commit_option_sets_the_steps(server: str) -> None:
     assert token.json()["steps"] > 3  # every slot token, one a step
 
 
+def test_score_options_answers_the_most_probable_option(server: str) -> None:
+    body = _body(return_probabilities=True, score_options=True)
+    body["questions"] = [q for q in body["questions"] if q["id"] != "days"]
+    response = httpx.post(f"{server}/decide", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    for answer in response.json()["answers"]:
+        probs = answer["option_probabilities"]
+        assert abs(sum(probs.values()) - 1) < 1e-4
+        assert answer["text"] == max(probs, key=probs.get)
+    refused = httpx.post(f"{server}/decide", json=_body(score_options=True), timeout=60)
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "questions.1.answer.type" and "integer" in error["message"]
+
+
 @pytest.mark.parametrize("mode", ["joint", "standalone", "auto"])
 def test_a_decision_in_each_mode(server: str, mode: str) -> None:
     response = httpx.post(f"{server}/decide", json=_body(mode=mode, return_probabilities=True),
@@ -365,7 +380,7 @@ _JSON = st.recursive(
 )
 _PATHS = [("document",), ("questions",), ("mode",), ("options",), ("options", "threshold"),
           ("options", "max_steps"), ("options", "return_probabilities"), ("options", "commit"),
-          ("questions", 0),
+          ("options", "score_options"), ("questions", 0),
           ("questions", 0, "id"), ("questions", 0, "text"), ("questions", 0, "answer"),
           ("questions", 0, "answer", "type"), ("questions", 2, "answer", "options"),
           ("questions", 1, "answer", "minimum"), ("questions", 1, "answer", "maximum")]
