@@ -377,14 +377,17 @@ def baseline_agreement(games: Sequence[GameRecord], count: int, seed: int) -> di
             "greedy_top1": round(hits / max(1, n), 4)}
 
 
-def move_timing(model: Any, sample: Sequence[SamplePosition]) -> dict[str, Any]:
-    """Wall and CPU seconds of one unbatched decision, as ModelPlayer makes it (mean)."""
+def move_timing(model: Any, sample: Sequence[SamplePosition], decoder: str = MOVE_DECODER
+                ) -> dict[str, Any]:
+    """Wall and CPU seconds of one unbatched decision, as ModelPlayer makes it with ``decoder``
+    (mean)."""
     from decision.joint.engine import decide
 
     wall = cpu = 0.0
     for ex, *_ in sample:
         w, c = time.perf_counter(), time.process_time()
-        decide(model, ex.document, [ex.question], mode="joint", threshold=0.9)
+        decide(model, ex.document, [ex.question], mode="joint", threshold=0.9,
+               **decoder_options(decoder))
         wall += time.perf_counter() - w
         cpu += time.process_time() - c
     n = max(1, len(sample))
@@ -456,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         result: Any = agreement(model, sample, seen, args.batch_size, search, args.margin,
                                 args.decoder)
         if args.timing:
-            timing = move_timing(model, sample[: args.timing])
+            timing = move_timing(model, sample[: args.timing], args.decoder)
             print(json.dumps({"unbatched_move": timing}))
     else:
         search = SearchConfig(depth=args.search_depth) if args.search_depth else None
