@@ -23,7 +23,7 @@ from apps.xiangqi.model_player import (
     search_depth_setting,
 )
 from apps.xiangqi.players import GreedyPlayer, RandomPlayer
-from apps.xiangqi.render import sorted_legal_iccs
+from apps.xiangqi.render import move_question, position_document, sorted_legal_iccs
 from apps.xiangqi.search import SearchConfig, best_score, move_scores
 
 GAMES = "/api/xiangqi/games"
@@ -66,6 +66,23 @@ def test_model_reads_the_position_and_answers_a_legal_move(model: Any) -> None:
     document, questions = spy.asked[-1]
     assert "Side to move: black" in document and "Last move: h2e2" in document
     assert questions[0]["answer"] == {"type": "choice", "options": sorted_legal_iccs(board)}
+
+
+def test_the_player_plays_the_move_it_scores_most_probable(model: Any) -> None:
+    from decision.joint.engine import decide
+
+    board = Board()
+    board.push_iccs("h2e2")
+    choice = ModelPlayer(model).choose_with_info(board)  # the default decoder: "score"
+    document, question = position_document(board), move_question(board)
+    scored = decide(model, document, [question], return_probabilities=True, score_options=True)
+    probs = scored.answers[0].option_probabilities
+    assert choice.move.iccs() == max(probs, key=probs.get)
+    assert choice.confidence == pytest.approx(probs[choice.move.iccs()])
+    denoised = ModelPlayer(model, decoder="token").choose_with_info(board)
+    assert denoised.move in board.legal_moves
+    with pytest.raises(ValueError, match="unknown move decoder"):
+        ModelPlayer(model, decoder="beam")
 
 
 def test_single_legal_move_needs_no_model(model: Any) -> None:
