@@ -88,3 +88,27 @@ def test_every_answer_validates(model, schemas, threshold, max_steps, policy) ->
         for question, answer in zip(questions, decision.answers, strict=True):
             assert answer.id == question.id
             assert _valid(question, answer.value, answer.text), (question.answer, answer)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(schemas=st.lists(
+    st.one_of(st.just({"type": "boolean"}),
+              st.lists(WORDS, min_size=1, max_size=12, unique=True).map(
+                  lambda options: {"type": "choice", "options": options})),
+    min_size=1, max_size=8))
+def test_every_scored_answer_validates(model, schemas) -> None:
+    """score_options: every answer is an option, the most probable one, in both modes."""
+    questions = [
+        Question.model_validate({"id": f"q{i}", "text": f"Question {i}?", "answer": s})
+        for i, s in enumerate(schemas)
+    ]
+    for mode in ("joint", "standalone"):
+        decision = decide(model, DOC, questions, mode=mode, return_probabilities=True,
+                          score_options=True)
+        assert decision.mode == mode
+        for question, answer in zip(questions, decision.answers, strict=True):
+            assert _valid(question, answer.value, answer.text), (question.answer, answer)
+            probs = answer.option_probabilities
+            assert abs(sum(probs.values()) - 1.0) < 1e-4
+            assert probs[answer.text] == max(probs.values())

@@ -43,6 +43,8 @@ from decision.tokenizer import MAX_QUESTIONS
 MODES = ("joint", "standalone", "auto")
 COMMITS = ("answer", "token")
 MAX_QUESTIONS_PER_REQUEST = 64
+SCORING_MAX_ROWS = 512  # rows of one option-scoring forward at most
+SCORING_LOGITS_BUDGET = 2**26  # and at most this many logits (256 MB in fp32)
 
 
 @dataclass(frozen=True)
@@ -483,7 +485,10 @@ def _run_scored(
         denoise_s += time.perf_counter() - t0
         return logits
 
-    scored = score_options(denoise, blocks, slots, config.scoring_orders)
+    # each forward returns logits for every block position: bound them (rows x width x vocab)
+    width_vocab = max(1, blocks.shape[1] * int(model.config.vocab_size))
+    max_rows = max(1, min(SCORING_MAX_ROWS, SCORING_LOGITS_BUDGET // width_vocab))
+    scored = score_options(denoise, blocks, slots, config.scoring_orders, max_rows)
     total_s = time.perf_counter() - start
     timings = {
         "prefill": prefill_s * 1e3,
