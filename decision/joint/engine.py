@@ -403,6 +403,24 @@ def _block_state(
     return state, block_mask, seg, slots
 
 
+def _prefilled(
+    model: Any, ctx: TokenizerContext, requests: list[_Request], config: EngineConfig
+) -> tuple[list[_Row], Any, float]:
+    """The rows (passes) of ``requests``, their history cache and the seconds it took."""
+    start = time.perf_counter()
+    rows = _rows(model, ctx, requests)
+    cache = _prefill(model, ctx, requests, rows, config.reuse_document_cache)
+    _sync(model.device)
+    return rows, cache, time.perf_counter() - start
+
+
+def _timings(prefill_s: float, denoise_s: float, sampler_s: float, constraint_s: float,
+             total_s: float) -> dict[str, float]:
+    """A batch's timings in ms (docs/decoding.md, "Per-request report")."""
+    return {"prefill": prefill_s * 1e3, "denoise": denoise_s * 1e3, "sampler": sampler_s * 1e3,
+            "constraint": constraint_s * 1e3, "total": total_s * 1e3}
+
+
 def _run(
     model: Any,
     ctx: TokenizerContext,
@@ -412,10 +430,7 @@ def _run(
 ) -> list[Decision]:
     start = time.perf_counter()
     device = model.device
-    rows = _rows(model, ctx, requests)
-    cache = _prefill(model, ctx, requests, rows, config.reuse_document_cache)
-    _sync(device)
-    prefill_s = time.perf_counter() - start
+    rows, cache, prefill_s = _prefilled(model, ctx, requests, config)
     state, block_mask, seg, slots = _block_state(ctx, requests, rows)
     samplers = _samplers(requests, sampler, config)
     row_request = torch.tensor([row.request for row in rows])
@@ -437,14 +452,8 @@ def _run(
             report = _step(policy, state, logits, force, rows_here)
             sampler_s += report.seconds
             constraint_s += report.constraint_seconds
-    total_s = time.perf_counter() - start
-    timings = {
-        "prefill": prefill_s * 1e3,
-        "denoise": denoise_s * 1e3,
-        "sampler": sampler_s * 1e3,
-        "constraint": constraint_s * 1e3,
-        "total": total_s * 1e3,
-    }
+    timings = _timings(prefill_s, denoise_s, sampler_s, constraint_s,
+                       time.perf_counter() - start)
     return _decisions(ctx, requests, rows, state, slots, row_steps, decoded, timings)
 
 
@@ -455,10 +464,7 @@ def _run_scored(
     with the pass's other slots masked."""
     start = time.perf_counter()
     device = model.device
-    rows = _rows(model, ctx, requests)
-    cache = _prefill(model, ctx, requests, rows, config.reuse_document_cache)
-    _sync(device)
-    prefill_s = time.perf_counter() - start
+    rows, cache, prefill_s = _prefilled(model, ctx, requests, config)
     blocks, block_mask = _pad([row.layout.block for row in rows], ctx.special.pad)
     seg, _ = _pad([row.layout.block_segments for row in rows], 0)
     block_mask_d, seg_d = block_mask.to(device), seg.to(device)
@@ -490,13 +496,7 @@ def _run_scored(
     max_rows = max(1, min(SCORING_MAX_ROWS, SCORING_LOGITS_BUDGET // width_vocab))
     scored = score_options(denoise, blocks, slots, config.scoring_orders, max_rows)
     total_s = time.perf_counter() - start
-    timings = {
-        "prefill": prefill_s * 1e3,
-        "denoise": denoise_s * 1e3,
-        "sampler": (total_s - prefill_s - denoise_s) * 1e3,
-        "constraint": 0.0,
-        "total": total_s * 1e3,
-    }
+    timings = _timings(prefill_s, denoise_s, total_s - prefill_s - denoise_s, 0.0, total_s)
     answers: list[dict[int, Answer]] = [{} for _ in requests]
     for (b, question, options), probs in zip(owners, scored.probabilities, strict=True):
         row = rows[b]
