@@ -511,19 +511,8 @@ def _run_scored(
                                   if req.return_probabilities else None),
             mode=row.kind,  # type: ignore[arg-type]
         )
-    out: list[Decision] = []
-    for r, req in enumerate(requests):
-        mine = [b for b, row in enumerate(rows) if row.request == r]
-        steps = int(scored.row_forwards[mine].max())
-        tokens = sum(span.length for b in mine for span in rows[b].layout.slots)
-        out.append(Decision(
-            answers=[answers[r][i] for i in range(len(req.questions))],
-            mode="+".join(sorted({rows[b].kind for b in mine})),
-            steps=steps,
-            tokens_per_forward=tokens / max(steps, 1),
-            timings=dict(timings),
-        ))
-    return out
+    slot_tokens = torch.tensor([sum(span.length for span in row.layout.slots) for row in rows])
+    return _per_request(requests, rows, answers, scored.row_forwards, slot_tokens, timings)
 
 
 def _canonical(ctx: TokenizerContext, option: str, length: int) -> tuple[int, ...]:
@@ -605,16 +594,28 @@ def _decisions(
             ),
             mode=row.kind,
         )
+    return _per_request(requests, rows, answers, row_steps, decoded, timings)
+
+
+def _per_request(
+    requests: list[_Request],
+    rows: list[_Row],
+    answers: list[dict[int, Answer]],
+    row_steps: torch.Tensor,
+    row_tokens: torch.Tensor,
+    timings: dict[str, float],
+) -> list[Decision]:
+    """Each request's Decision from its rows: forwards (the most any of its rows took part in)
+    and the slot tokens they decided."""
     out: list[Decision] = []
     for r, req in enumerate(requests):
         mine = [b for b, row in enumerate(rows) if row.request == r]
         steps = int(row_steps[mine].max())
-        tokens = int(decoded[mine].sum())
-        kinds = sorted({rows[b].kind for b in mine})
+        tokens = int(row_tokens[mine].sum())
         out.append(
             Decision(
                 answers=[answers[r][i] for i in range(len(req.questions))],
-                mode="+".join(kinds),
+                mode="+".join(sorted({rows[b].kind for b in mine})),
                 steps=steps,
                 tokens_per_forward=tokens / max(steps, 1),
                 timings=dict(timings),
