@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from apps.xiangqi.model_player import MOVE_DECODER, decoder_options
 from apps.xiangqi.training import (
     GameRecord,
     MoveExample,
@@ -110,13 +111,14 @@ def validation_examples(games: list[GameRecord], count: int, seed: int) -> list[
 
 
 def top1(model: Any, examples: list[MoveExample]) -> float:
-    """Share of examples where the decoded move (ModelPlayer's call) is the master's."""
+    """Share of examples where the model's move, asked as ModelPlayer asks, is the master's."""
     from decision.joint.engine import decide
 
     model.eval()
     hits = 0
     for ex in examples:
-        answer = decide(model, ex.document, [ex.question], mode="joint", threshold=0.9)
+        answer = decide(model, ex.document, [ex.question], mode="joint", threshold=0.9,
+                        **decoder_options(MOVE_DECODER))
         hits += answer.answers[0].value == ex.gold
     return hits / max(1, len(examples))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,7 +113,9 @@ class RunSection:
     eval_every: int = 500
     checkpoint_minutes: float = 4.0
     threads: int = 2
-    autocast_bf16: bool = False  # measured slower on this AVX2 CPU (no bf16 units): off
+    # where the model trains: "cpu", "cuda", "cuda:N", or "auto" (the first GPU when there is one)
+    device: str = "cpu"
+    autocast_bf16: bool = False  # bf16 autocast on the device; slower on this AVX2 CPU (no bf16)
     denoise_draws: int = 1  # noise draws per history encoding (loop.batch_loss)
     # Stop early when, after this many steps, validation accuracy is not above the majority
     # baseline by at least `min_gain` (a run that learns nothing should not burn the budget).
@@ -228,6 +231,10 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("run.denoise_draws must be >= 1", "run.denoise_draws")
     if r.max_steps < 1 or r.log_every < 1 or r.eval_every < 1:
         raise DecisionInputError("run.max_steps/log_every/eval_every must be >= 1", "run")
+    if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", r.device):
+        raise DecisionInputError(
+            f"run.device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {r.device!r}", "run.device"
+        )
     if cfg.tokenizer.vocab_size < 300:
         raise DecisionInputError("tokenizer.vocab_size must be >= 300 (bytes + specials)", "tok")
 

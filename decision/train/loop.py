@@ -1,9 +1,10 @@
-"""The CPU training loop: steps, progress lines, periodic validation, checkpoint and exact resume.
+"""The training loop: steps, progress lines, periodic validation, checkpoint and exact resume.
 
 Exact resume: batch ``i`` is a pure function of ``(seed, i)`` (rows come from a deterministic
 source), and the masking generator, the global torch RNG, the optimiser and the scheduler are
 saved with the weights, so a run stopped after step k and resumed produces the same losses as one
-that never stopped.
+that never stopped. Batches and masks are drawn on the CPU and moved to ``run.device``, so a run
+sees the same data and the same noise on any device.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
-from decision.errors import CheckpointError
+from decision.errors import CheckpointError, DecisionInputError
 from decision.train.config import TrainConfig
 from decision.train.masking import apply_mask, diffusion_loss, sample_t, slot_rates
 from decision.train.rows import Batch, Row, collate
@@ -53,6 +54,8 @@ class TrainableModel(Protocol):
     def state_dict(self) -> dict[str, torch.Tensor]: ...
 
     def save(self, path: str | Path) -> None: ...
+
+    def to(self, device: torch.device) -> Any: ...
 
 
 @dataclass
@@ -93,6 +96,25 @@ def format_eval(record: dict[str, Any]) -> str:
     return f"eval step {record.get('step')}: {head}{tail}"
 
 
+def resolve_device(name: str) -> torch.device:
+    """``run.device`` as a torch device; ``auto`` is the first GPU when one is present."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DecisionInputError(
+                f"run.device is {name!r} but torch sees no CUDA device; use 'cpu' or 'auto'",
+                "run.device",
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise DecisionInputError(
+                f"run.device is {name!r} but torch sees {torch.cuda.device_count()} GPU(s)",
+                "run.device",
+            )
+    return device
+
+
 def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
     """Linear warm-up then cosine decay to ``min_lr_ratio`` at ``max_steps``."""
     warm, total, floor = cfg.optim.warmup_steps, cfg.run.max_steps, cfg.optim.min_lr_ratio
@@ -131,8 +153,12 @@ def batch_loss(
     cfg: TrainConfig,
     mask_token_id: int,
     gen: torch.Generator,
+    device: torch.device | None = None,
 ) -> torch.Tensor:
     """Noise the batch's blocks (masking.py) and return the weighted diffusion loss.
+
+    ``batch`` lives on the CPU, where ``gen`` draws the noise; the model's inputs go to ``device``
+    (default: the CPU).
 
     With ``run.denoise_draws = K > 1`` and a model that has ``prefill``/``denoise``, the history is
     encoded once and the block is denoised under K independent noise draws (t and masks), the
@@ -141,14 +167,17 @@ def batch_loss(
     times more supervised tokens per second. Gradients flow into the shared cache.
     """
     draws = cfg.run.denoise_draws
+    device = device or torch.device("cpu")
     ctx = (
-        torch.autocast("cpu", dtype=torch.bfloat16) if cfg.run.autocast_bf16 else nullcontext()
+        torch.autocast(device.type, dtype=torch.bfloat16) if cfg.run.autocast_bf16
+        else nullcontext()
     )
     shared = draws > 1 and hasattr(model, "prefill") and hasattr(model, "denoise")
-    total = torch.zeros(())
+    on = batch.to(device)
+    total = torch.zeros((), device=device)
     with ctx:
         cache = (
-            model.prefill(batch.history_ids, batch.history_mask, batch.history_segments)  # type: ignore[attr-defined]
+            model.prefill(on.history_ids, on.history_mask, on.history_segments)  # type: ignore[attr-defined]
             if shared
             else None
         )
@@ -157,21 +186,21 @@ def batch_loss(
             rates = slot_rates(
                 batch.roles, t, gen, cfg.data.p_extraction_visible, cfg.data.extraction_rate_scale
             )
-            mb = apply_mask(batch.block_ids, batch.slot_of, rates, mask_token_id, gen)
+            mb = apply_mask(batch.block_ids, batch.slot_of, rates, mask_token_id, gen).to(device)
             if cache is not None:
                 logits = model.denoise(  # type: ignore[attr-defined]
-                    mb.noised, cache, batch.block_mask, batch.block_segments
+                    mb.noised, cache, on.block_mask, on.block_segments
                 )
             else:
                 logits = model(
-                    batch.history_ids,
+                    on.history_ids,
                     mb.noised,
-                    history_mask=batch.history_mask,
-                    block_mask=batch.block_mask,
-                    history_segments=batch.history_segments,
-                    block_segments=batch.block_segments,
+                    history_mask=on.history_mask,
+                    block_mask=on.block_mask,
+                    history_segments=on.history_segments,
+                    block_segments=on.block_segments,
                 )
-            loss = diffusion_loss(logits, batch.block_ids, mb, cfg.data.loss_weighting)
+            loss = diffusion_loss(logits, on.block_ids, mb, cfg.data.loss_weighting)
             total = total + loss
     return total / (draws if shared else 1)
 
@@ -223,7 +252,7 @@ def load_trainer_state(ckpt: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"no trainer state to resume from: {path}")
     try:
-        return torch.load(path, weights_only=False)
+        return torch.load(path, weights_only=False, map_location="cpu")
     except Exception as exc:  # noqa: BLE001 - any unreadable file is a checkpoint error
         raise CheckpointError(f"cannot read trainer state {path}: {exc}") from exc
 
@@ -253,6 +282,8 @@ def train_loop(
     ``model`` already holds.
     """
     torch.set_num_threads(cfg.run.threads)
+    device = resolve_device(cfg.run.device)
+    model.to(device)  # before the optimiser exists, so its state lives beside the weights
     stop_step = cfg.run.max_steps if max_steps is None else max_steps
     minutes = cfg.run.max_minutes if max_minutes is None else max_minutes
     opt, sched = make_optimizer(model, cfg)
@@ -269,6 +300,8 @@ def train_loop(
         evals = list(resume_state["evals"])
         hooks.log(f"resumed at step {step} ({prior_s / 60:.1f} min trained before)")
 
+    hooks.log(f"training on {device}" + (f", {cfg.run.threads} CPU threads"
+                                         if device.type == "cpu" else ""))
     t0 = time.monotonic()
     last_ckpt = t0
     window_loss, window_tokens, window_n, window_t = 0.0, 0, 0, t0
@@ -292,7 +325,7 @@ def train_loop(
             reason = "time budget"
             break
         batch = collate([hooks.rows(step * bs + i) for i in range(bs)], hooks.pad_token_id)
-        loss = batch_loss(model, batch, cfg, hooks.mask_token_id, gen)
+        loss = batch_loss(model, batch, cfg, hooks.mask_token_id, gen, device)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}")
         opt.zero_grad(set_to_none=True)

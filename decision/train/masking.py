@@ -49,6 +49,11 @@ class MaskedBatch:
     weights: torch.Tensor  # [B, L] float: 1/rate on masked tokens, 0 elsewhere
     n_loss_tokens: int  # maskable tokens in the batch: the loss normaliser
 
+    def to(self, device: torch.device) -> MaskedBatch:
+        """The same batch on ``device`` (masks are drawn on the CPU: identical on any device)."""
+        return MaskedBatch(self.noised.to(device), self.masked.to(device),
+                           self.weights.to(device), self.n_loss_tokens)
+
 
 def sample_t(batch: int, t_min: float, generator: torch.Generator) -> torch.Tensor:
     """t ~ U[t_min, 1]; t_min > 0 bounds the 1/t weight (the usual epsilon of MDLM)."""

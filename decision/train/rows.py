@@ -6,7 +6,7 @@ A row is the unit every objective shares: the model sees ``history`` clean (caus
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -53,6 +53,14 @@ class Batch:
     slot_of: torch.Tensor
     roles: torch.Tensor
     n_tokens: int  # real history + block tokens: what the tokens/s figure counts
+
+    def to(self, device: torch.device) -> Batch:
+        """The same batch on ``device`` (tensors already there are not copied)."""
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in moved.items():
+            if isinstance(value, torch.Tensor):
+                moved[name] = value.to(device, non_blocking=True)
+        return Batch(**moved)
 
 
 def _pad(seqs: list[list[int]], value: int) -> torch.Tensor:

@@ -43,7 +43,7 @@ def greedy_fill(
     computed once), else the training ``forward``. At most ``max_steps`` forwards: the number
     fixed per step is raised so the block is complete by the last step.
     """
-    batch = collate(rows, pad_token_id)
+    batch = collate(rows, pad_token_id).to(next(model.parameters()).device)
     todo = batch.slot_of >= 0
     block = torch.where(todo, torch.full_like(batch.block_ids, mask_token_id), batch.block_ids)
     cache = None
