@@ -88,3 +88,18 @@ def test_a_gpu_run_matches_the_cpu_run(tmp_path: Path) -> None:
     resumed = train(tiny_config(tmp_path / "gpu", max_steps=8, log_every=2, device="cuda"),
                     resume=True)
     assert resumed.loop.step == 8
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x"])
+def test_command_lines_refuse_a_bad_device(
+    device: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from apps.xiangqi.train_player import main as train_player
+    from decision.train.cli import main as train_decision
+
+    out = str(tmp_path / "run")
+    assert train_decision(["--config", str(TINY), "--out-dir", out, "--device", device]) == 2
+    assert "run.device must be" in capsys.readouterr().err
+    assert train_player(["--out-dir", out, "--device", device]) == 2
+    assert "run.device must be" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything was written

@@ -1,7 +1,7 @@
 """Train the Xiangqi player: the generic block-diffusion loop on master-game positions.
 
 ``python -m apps.xiangqi.train_player --config configs/xiangqi.json [--resume] [--max-minutes M]
-[--export models/xiangqi]``
+[--device D] [--export models/xiangqi]``
 
 It reuses ``decision.train`` as is: the config file's ``train`` object is a
 :class:`decision.train.config.TrainConfig`, the loop (:func:`decision.train.loop.train_loop`)
@@ -41,7 +41,7 @@ from apps.xiangqi.training import (
 )
 from decision.errors import DecisionError, DecisionInputError
 from decision.tokenizer import special_ids, train_tokenizer
-from decision.train.config import TrainConfig, config_from_dict
+from decision.train.config import TrainConfig, check_device, config_from_dict
 from decision.train.loop import (
     CHECKPOINT_DIR,
     STATE_FILE,
@@ -125,7 +125,7 @@ def top1(model: Any, examples: list[MoveExample]) -> float:
 
 def train(config: str | Path, resume: bool = False, max_minutes: float | None = None,
           max_steps: int | None = None, out_dir: str | None = None,
-          init_from: str | Path | None = None) -> Path:
+          init_from: str | Path | None = None, device: str | None = None) -> Path:
     """Train (or continue) the run; returns its checkpoint directory.
 
     ``init_from`` starts a fresh run (new optimiser and schedule) from a model directory's
@@ -135,6 +135,8 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     cfg, xq = load_player_config(config)
     if out_dir:
         cfg.run.out_dir = out_dir
+    if device:
+        cfg.run.device = check_device(device)
     torch.set_num_threads(cfg.run.threads)
     out = Path(cfg.run.out_dir)
     ckpt = out / CHECKPOINT_DIR
@@ -206,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="start a fresh run from this model's weights and tokenizer "
                              "(e.g. models/xiangqi)")
     parser.add_argument("--export", default=None, help="write the bf16 model here afterwards")
+    parser.add_argument("--device", default=None,
+                        help="cpu, cuda, cuda:N or auto (default: config run.device)")
     parser.add_argument("--export-only", action="store_true", help="export without training")
     args = parser.parse_args(argv)
     try:
@@ -214,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             ckpt = Path(args.out_dir or cfg.run.out_dir) / CHECKPOINT_DIR
         else:
             ckpt = train(args.config, args.resume, args.max_minutes, args.max_steps, args.out_dir,
-                         args.init_from)
+                         args.init_from, args.device)
         if args.export:
             export(ckpt, args.export)
             log(f"exported bf16 model to {args.export}")

@@ -27,15 +27,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(e.g. models/default) instead of a new tokenizer and random weights")
     parser.add_argument("--export", default=None,
                         help="after training, write the checkpoint in bf16 to this directory")
+    parser.add_argument("--device", default=None,
+                        help="cpu, cuda, cuda:N or auto (default: config run.device)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from decision.train.config import load_config
+    from decision.train.config import check_device, load_config
     from decision.train.recipe import export_checkpoint, train
 
     cfg = load_config(args.config)
     if args.out_dir:
         cfg.run.out_dir = args.out_dir
+    if args.device:
+        cfg.run.device = check_device(args.device)
     result = train(cfg, resume=args.resume, max_minutes=args.max_minutes,
                    max_steps=args.max_steps, init_from=args.init_from)
     if args.export:

@@ -189,6 +189,15 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     return cfg
 
 
+def check_device(name: str) -> str:
+    """``name`` if it is a ``run.device`` value (``cpu``, ``cuda``, ``cuda:N``, ``auto``)."""
+    if not isinstance(name, str) or not re.fullmatch(r"cpu|auto|cuda(:\d+)?", name):
+        raise DecisionInputError(
+            f"run.device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {name!r}", "run.device"
+        )
+    return name
+
+
 def _check(cfg: TrainConfig) -> None:
     d, o, r = cfg.data, cfg.optim, cfg.run
     shares = (d.p_joint, d.p_standalone, d.p_document)
@@ -231,10 +240,7 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("run.denoise_draws must be >= 1", "run.denoise_draws")
     if r.max_steps < 1 or r.log_every < 1 or r.eval_every < 1:
         raise DecisionInputError("run.max_steps/log_every/eval_every must be >= 1", "run")
-    if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", r.device):
-        raise DecisionInputError(
-            f"run.device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {r.device!r}", "run.device"
-        )
+    check_device(r.device)
     if cfg.tokenizer.vocab_size < 300:
         raise DecisionInputError("tokenizer.vocab_size must be >= 300 (bytes + specials)", "tok")
 
