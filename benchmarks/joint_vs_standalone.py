@@ -9,6 +9,7 @@ within it, in constraint work (the valid-completion search: filling lists or dyn
 
     .venv/bin/python benchmarks/joint_vs_standalone.py [--repeats 3] [--threads 1]
     .venv/bin/python benchmarks/joint_vs_standalone.py --contracts-seed 20000000
+    python3 benchmarks/joint_vs_standalone.py --device cuda [--dtype bfloat16]   # on a GPU
 
 Uses models/default when it exists, else a random model of the stated size with a tokenizer
 trained on generated text (timings only: a random model's answers are meaningless). By default
@@ -54,16 +55,17 @@ QUESTIONS: list[dict[str, Any]] = [
 ]
 
 
-def load(path: Path, hidden: int, layers: int, vocab: int) -> tuple[Any, str]:
+def load(path: Path, hidden: int, layers: int, vocab: int, device: str = "cpu",
+         dtype: torch.dtype = torch.float32) -> tuple[Any, str]:
     """The shipped model when present, else a random one (described in the returned label)."""
     if (path / "config.json").exists():
         from decision.model import load_model
 
-        model = load_model(str(path))
+        model = load_model(str(path), device=device, dtype=dtype)
         params = sum(p.numel() for p in model.parameters())
         return model.eval(), f"{path} ({params / 1e6:.1f}M parameters)"
     model = toy_model(max_positions=8192, vocab_size=vocab, hidden_size=hidden, layers=layers,
-                      corpus_sentences=20 * vocab)
+                      corpus_sentences=20 * vocab).to(device=device, dtype=dtype)
     params = sum(p.numel() for p in model.parameters())
     return model, (
         f"random model: hidden {hidden}, {layers} layers ({layers - 1} GDN + 1 attention), "
@@ -191,12 +193,15 @@ def main() -> None:
     parser.add_argument("--doc-tokens", type=int, default=1500)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--contracts-seed", type=int, default=None,
                         help="use the first held-out contracts group with 8 questions from this "
                         "TEST seed instead of the generated lease")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model, label = load(args.model, args.hidden, args.layers, args.vocab)
+    model, label = load(args.model, args.hidden, args.layers, args.vocab, args.device,
+                        getattr(torch, args.dtype))
     gold: list[Any] | None = None
     if args.contracts_seed is None:
         doc, questions = document_of(model, args.doc_tokens), QUESTIONS
@@ -227,13 +232,13 @@ def main() -> None:
     got.update(cases_09)
 
     joint_wall, joint_cpu, joint = got["joint"]
-    print(f"model: {label}; document {doc_tokens} tokens; 8 questions; medians of {reps} "
-          f"interleaved repeats; torch threads {args.threads}")
+    print(f"model: {label}; {args.device}, {args.dtype}; document {doc_tokens} tokens; "
+          f"8 questions; medians of {reps} interleaved repeats; torch threads {args.threads}")
     print()
     scored = gold is not None
-    print("| decoding | forwards | wall (ms) | CPU (ms) | CPU / joint CPU |"
+    print("| decoding | forwards | wall (ms) | CPU (ms) | CPU / joint CPU | wall / joint wall |"
           + (" correct |" if scored else ""))
-    print("|---|---:|---:|---:|---:|" + ("---:|" if scored else ""))
+    print("|---|---:|---:|---:|---:|---:|" + ("---:|" if scored else ""))
     labels = {
         "joint": "joint, 1 pass (threshold 0.9, at least one whole answer a step; default)",
         "joint_token": "joint, 1 pass (threshold 0.9, at least one token per pass a step)",
@@ -251,7 +256,8 @@ def main() -> None:
         else:
             forwards = str(out.steps)
         right = f" {score(answer_texts(name, out), gold)} |" if gold is not None else ""
-        print(f"| {text} | {forwards} | {wall:.0f} | {cpu:.0f} | {cpu / joint_cpu:.1f}x |{right}")
+        print(f"| {text} | {forwards} | {wall:.0f} | {cpu:.0f} | {cpu / joint_cpu:.1f}x | "
+              f"{wall / joint_wall:.1f}x |{right}")
     print()
     print("| at least one a step | threshold | steps | tokens / forward | CPU (ms) | "
           "constraint share of step | sampler share of step |")
