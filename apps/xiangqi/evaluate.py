@@ -397,10 +397,10 @@ def move_timing(model: Any, sample: Sequence[SamplePosition], decoder: str = MOV
 # ---------------------------------------------------------------------- command line
 
 
-def _load(path: str) -> Any:
+def _load(path: str, device: str = "cpu") -> Any:
     from decision import load_model
 
-    return load_model(path, dtype=torch.float32)
+    return load_model(path, device=device, dtype=torch.float32)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -408,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="models/xiangqi")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="where the model runs: cpu or cuda[:N]")
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     sub = parser.add_subparsers(dest="command", required=True)
     agr = sub.add_parser("agreement")
@@ -447,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         keys = cached_training_keys(args.train_games, args.keys_cache)
         print(f"{len(keys)} distinct training positions in {args.keys_cache}")
         return 0
-    model = _load(args.model)
+    model = _load(args.model, args.device)
     if args.command == "agreement":
         sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
         if args.baselines:
