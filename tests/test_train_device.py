@@ -103,3 +103,15 @@ def test_command_lines_refuse_a_bad_device(
     assert train_player(["--out-dir", out, "--device", device]) == 2
     assert "run.device must be" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the refusal where there is no GPU")
+def test_a_missing_gpu_is_refused_before_any_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from decision.train.cli import main as train_decision
+
+    out = tmp_path / "run"
+    assert train_decision(["--config", str(TINY), "--out-dir", str(out), "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+    assert not out.exists()

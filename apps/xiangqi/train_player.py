@@ -47,6 +47,7 @@ from decision.train.loop import (
     STATE_FILE,
     LoopHooks,
     load_trainer_state,
+    resolve_device,
     train_loop,
 )
 from decision.train.recipe import build_model, load_trainable
@@ -137,6 +138,7 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         cfg.run.out_dir = out_dir
     if device:
         cfg.run.device = check_device(device)
+    resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
     torch.set_num_threads(cfg.run.threads)
     out = Path(cfg.run.out_dir)
     ckpt = out / CHECKPOINT_DIR

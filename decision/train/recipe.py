@@ -28,6 +28,7 @@ from decision.train.loop import (
     LoopHooks,
     LoopResult,
     load_trainer_state,
+    resolve_device,
     train_loop,
 )
 
@@ -96,6 +97,7 @@ def train(
     sessions when the run directory (git-ignored) is gone. ``resume`` takes precedence when the
     run directory has a checkpoint.
     """
+    resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
     torch.set_num_threads(cfg.run.threads)
     out = Path(cfg.run.out_dir)
     ckpt = out / CHECKPOINT_DIR
