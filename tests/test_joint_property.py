@@ -95,10 +95,13 @@ def test_every_answer_validates(model, schemas, threshold, max_steps, policy) ->
 @given(schemas=st.lists(
     st.one_of(st.just({"type": "boolean"}),
               st.lists(WORDS, min_size=1, max_size=12, unique=True).map(
-                  lambda options: {"type": "choice", "options": options})),
+                  lambda options: {"type": "choice", "options": options}),
+              st.integers(0, 50).map(
+                  lambda low: {"type": "integer", "minimum": low, "maximum": low + 30})),
     min_size=1, max_size=8))
 def test_every_scored_answer_validates(model, schemas) -> None:
-    """score_options: every answer is an option, the most probable one, in both modes."""
+    """score_options: every answer validates; a closed question's is the most probable of its
+    options (the open ones are denoised), in both modes."""
     questions = [
         Question.model_validate({"id": f"q{i}", "text": f"Question {i}?", "answer": s})
         for i, s in enumerate(schemas)
@@ -109,6 +112,9 @@ def test_every_scored_answer_validates(model, schemas) -> None:
         assert decision.mode == mode
         for question, answer in zip(questions, decision.answers, strict=True):
             assert _valid(question, answer.value, answer.text), (question.answer, answer)
+            if question.answer.options() is None:
+                assert answer.option_probabilities is None
+                continue
             probs = answer.option_probabilities
             assert abs(sum(probs.values()) - 1.0) < 1e-4
             assert probs[answer.text] == max(probs.values())

@@ -97,10 +97,16 @@ def test_score_options_answers_the_most_probable_option(server: str) -> None:
         probs = answer["option_probabilities"]
         assert abs(sum(probs.values()) - 1) < 1e-4
         assert answer["text"] == max(probs, key=probs.get)
-    refused = httpx.post(f"{server}/decide", json=_body(score_options=True), timeout=60)
-    assert refused.status_code == 422, refused.text
-    error = refused.json()["error"]
-    assert error["field"] == "questions.1.answer.type" and "integer" in error["message"]
+    # with an open question: it is denoised, the closed ones scored
+    mixed = httpx.post(f"{server}/decide", json=_body(return_probabilities=True,
+                                                      score_options=True), timeout=120)
+    assert mixed.status_code == 200, mixed.text
+    timely, days, deposit = mixed.json()["answers"]
+    assert isinstance(days["value"], int) and 0 <= days["value"] <= 90
+    assert days["option_probabilities"] is None
+    for answer in (timely, deposit):
+        probs = answer["option_probabilities"]
+        assert answer["text"] == max(probs, key=probs.get)
 
 
 @pytest.mark.parametrize("mode", ["joint", "standalone", "auto"])

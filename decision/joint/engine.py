@@ -29,7 +29,7 @@ from decision.joint.sampler import (
     ThresholdSamplerConfig,
 )
 from decision.joint.scoring import ORDERS as SCORING_ORDERS
-from decision.joint.scoring import SlotOptions, score_options
+from decision.joint.scoring import ScoredOptions, SlotOptions, score_options
 from decision.schemas.compile import (
     TokenAutomaton,
     TokenizerContext,
@@ -81,7 +81,7 @@ class _Request:
     max_steps: int | None
     return_probabilities: bool
     commit: str  # what the sampler's minimum fixes with a token (ThresholdSamplerConfig)
-    score_options: bool  # answer by scoring every option instead of denoising
+    score_options: bool  # closed questions scored option by option, open ones denoised
     passes: list[tuple[str, list[int]]]  # (kind, question indices)
 
 
@@ -113,8 +113,8 @@ def decide(
 
     ``commit``: "answer" or "token" (``ThresholdSamplerConfig``); None takes ``config``'s.
     ``score_options``: answer ``choice``/``boolean`` questions by scoring every option
-    (``decision.joint.scoring``) instead of denoising; ``threshold``, ``max_steps`` and
-    ``commit`` then play no part.
+    (``decision.joint.scoring``) instead of denoising them; the other questions are denoised
+    first, with those slots masked, and the options are scored given their answers.
     """
     request = DecisionRequest(
         document=document, questions=questions, mode=mode, threshold=threshold,
@@ -151,18 +151,8 @@ def decide_many(
         _validate(r, ctx, config, f"requests.{i}." if prefix else "")
         for i, r in enumerate(requests)
     ]
-    out: list[Decision | None] = [None] * len(parsed)
     with torch.inference_mode():
-        for scored in (False, True):  # two batches when a call mixes the two ways of answering
-            members = [i for i, r in enumerate(parsed) if r.score_options is scored]
-            if not members:
-                continue
-            part = [parsed[i] for i in members]
-            decisions = (_run_scored(model, ctx, part, config) if scored
-                         else _run(model, ctx, part, config, sampler))
-            for i, decision in zip(members, decisions, strict=True):
-                out[i] = decision
-    return [d for d in out if d is not None]
+        return _run(model, ctx, parsed, config, sampler)
 
 
 # ---------------------------------------------------------------------- validation
@@ -218,14 +208,6 @@ def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str)
     questions = _questions(raw.questions, mode, where)
     automata = [compile_question(q, ctx, f"{where}questions.{i}") for i, q in enumerate(questions)]
     score_options = bool(raw.score_options)
-    if score_options:
-        for i, q in enumerate(questions):
-            if q.answer.options() is None:
-                raise DecisionInputError(
-                    f"score_options answers closed sets (choice, boolean); question {i} is "
-                    f"{q.answer.type}",
-                    f"{where}questions.{i}.answer.type",
-                )
     encode = ctx.tokenizer.encode
     return _Request(
         document_ids=encode(document, add_special_tokens=False).ids,
@@ -368,8 +350,11 @@ def _prefill(
 
 def _block_state(
     ctx: TokenizerContext, requests: list[_Request], rows: list[_Row]
-) -> tuple[BlockState, torch.Tensor, torch.Tensor, list[tuple[int, int]]]:
-    """Initial block state, block mask and segments; ``slots[k] = (row, question)``."""
+) -> tuple[BlockState, torch.Tensor, torch.Tensor, list[tuple[int, int]],
+           dict[int, SlotOptions]]:
+    """Initial block state, block mask and segments; ``slots[k] = (row, question)``; and the
+    slots answered by scoring (``score_options``: closed questions) by slot index. Those stay
+    ``[MASK]`` in the block but are not denoised."""
     ids, block_mask = _pad([row.layout.block for row in rows], ctx.special.pad)
     seg, _ = _pad([row.layout.block_segments for row in rows], 0)
     width = ids.shape[1]
@@ -379,6 +364,8 @@ def _block_state(
     automata: list[TokenAutomaton] = []
     slots: list[tuple[int, int]] = []
     option_automata: list[list[TokenAutomaton] | None] = []
+    masked = ids == ctx.special.mask
+    scored: dict[int, SlotOptions] = {}
     for k, (b, span) in enumerate(spans):
         positions[k, : span.length] = b * width + span.start + torch.arange(span.length)
         row = rows[b]
@@ -387,20 +374,25 @@ def _block_state(
         req = requests[row.request]
         automata.append(req.automata[question])
         options = req.questions[question].answer.options()
-        if req.return_probabilities and options is not None:
+        if req.score_options and options is not None:
+            scored[k] = SlotOptions(b, span.start, tuple(
+                _canonical(ctx, option, span.length) for option in options))
+            masked[b, span.start : span.start + span.length] = False  # scored, not denoised
+            option_automata.append(None)
+        elif req.return_probabilities and options is not None:
             option_automata.append([literal_automaton(o, ctx, span.length) for o in options])
         else:
             option_automata.append(None)
     state = BlockState(
         ids=ids,
-        masked=ids == ctx.special.mask,
+        masked=masked,
         confidence=torch.ones(ids.shape),
         positions=positions,
         slot_automata=automata,
         eos_id=ctx.special.eos,
         option_automata=option_automata,
     )
-    return state, block_mask, seg, slots
+    return state, block_mask, seg, slots, scored
 
 
 def _prefilled(
@@ -431,7 +423,7 @@ def _run(
     start = time.perf_counter()
     device = model.device
     rows, cache, prefill_s = _prefilled(model, ctx, requests, config)
-    state, block_mask, seg, slots = _block_state(ctx, requests, rows)
+    state, block_mask, seg, slots, scored = _block_state(ctx, requests, rows)
     samplers = _samplers(requests, sampler, config)
     row_request = torch.tensor([row.request for row in rows])
     row_steps = torch.zeros(len(rows), dtype=torch.long)
@@ -452,67 +444,50 @@ def _run(
             report = _step(policy, state, logits, force, rows_here)
             sampler_s += report.seconds
             constraint_s += report.constraint_seconds
+    probabilities: dict[int, torch.Tensor] = {}
+    if scored:
+        t0 = time.perf_counter()
+        result, forwards_s = _score(model, cache, state.ids, block_mask, seg,
+                                    list(scored.values()), config)
+        denoise_s += forwards_s
+        sampler_s += time.perf_counter() - t0 - forwards_s  # the chain rule's bookkeeping
+        row_steps += result.row_forwards
+        for (k, slot), probs in zip(scored.items(), result.probabilities, strict=True):
+            probabilities[k] = probs
+            decoded[slot.row] += slot.length
     timings = _timings(prefill_s, denoise_s, sampler_s, constraint_s,
                        time.perf_counter() - start)
-    return _decisions(ctx, requests, rows, state, slots, row_steps, decoded, timings)
+    return _decisions(ctx, requests, rows, state, slots, row_steps, decoded, timings,
+                      probabilities)
 
 
-def _run_scored(
-    model: Any, ctx: TokenizerContext, requests: list[_Request], config: EngineConfig
-) -> list[Decision]:
-    """Answer by scoring every option of every slot (``decision.joint.scoring``), each slot
-    with the pass's other slots masked."""
-    start = time.perf_counter()
+def _score(
+    model: Any, cache: Any, blocks: torch.Tensor, block_mask: torch.Tensor, seg: torch.Tensor,
+    slots: list[SlotOptions], config: EngineConfig,
+) -> tuple[ScoredOptions, float]:
+    """Option probabilities of the scored slots (``decision.joint.scoring``), each slot with
+    its own positions masked and the rest of its row's block as it stands; and the seconds
+    its model forwards took."""
     device = model.device
-    rows, cache, prefill_s = _prefilled(model, ctx, requests, config)
-    blocks, block_mask = _pad([row.layout.block for row in rows], ctx.special.pad)
-    seg, _ = _pad([row.layout.block_segments for row in rows], 0)
     block_mask_d, seg_d = block_mask.to(device), seg.to(device)
-    slots: list[SlotOptions] = []
-    owners: list[tuple[int, int, list[str]]] = []  # (row, question, options) of each slot
-    for b, row in enumerate(rows):
-        req = requests[row.request]
-        for span in row.layout.block_slots():
-            question = row.questions[span.question]
-            options = req.questions[question].answer.options() or []
-            slots.append(SlotOptions(b, span.start, tuple(
-                _canonical(ctx, option, span.length) for option in options)))
-            owners.append((b, question, options))
-    denoise_s = 0.0
+    forwards_s = 0.0
 
     def denoise(ids: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
-        nonlocal denoise_s
+        nonlocal forwards_s
         t0 = time.perf_counter()
         which_d = which.to(device)
         logits = model.denoise(ids.to(device), cache.index_select(which_d),
                                block_mask_d.index_select(0, which_d),
                                seg_d.index_select(0, which_d))
         _sync(device)
-        denoise_s += time.perf_counter() - t0
+        forwards_s += time.perf_counter() - t0
         return logits
 
     # each forward returns logits for every block position: bound them (rows x width x vocab)
     width_vocab = max(1, blocks.shape[1] * int(model.config.vocab_size))
     max_rows = max(1, min(SCORING_MAX_ROWS, SCORING_LOGITS_BUDGET // width_vocab))
     scored = score_options(denoise, blocks, slots, config.scoring_orders, max_rows)
-    total_s = time.perf_counter() - start
-    timings = _timings(prefill_s, denoise_s, total_s - prefill_s - denoise_s, 0.0, total_s)
-    answers: list[dict[int, Answer]] = [{} for _ in requests]
-    for (b, question, options), probs in zip(owners, scored.probabilities, strict=True):
-        row = rows[b]
-        req = requests[row.request]
-        best = int(torch.argmax(probs))  # the first of equals, in the options' order
-        answers[row.request][question] = Answer(
-            id=req.questions[question].id,
-            value=req.questions[question].answer.parse(options[best]),
-            text=options[best],
-            confidence=float(probs[best].clamp(0.0, 1.0)),
-            option_probabilities=(dict(zip(options, probs.tolist(), strict=True))
-                                  if req.return_probabilities else None),
-            mode=row.kind,  # type: ignore[arg-type]
-        )
-    slot_tokens = torch.tensor([sum(span.length for span in row.layout.slots) for row in rows])
-    return _per_request(requests, rows, answers, scored.row_forwards, slot_tokens, timings)
+    return scored, forwards_s
 
 
 def _canonical(ctx: TokenizerContext, option: str, length: int) -> tuple[int, ...]:
@@ -571,12 +546,19 @@ def _decisions(
     row_steps: torch.Tensor,
     decoded: torch.Tensor,
     timings: dict[str, float],
+    probabilities: dict[int, torch.Tensor],
 ) -> list[Decision]:
+    """Each slot's answer: the tokens it was denoised to, or (slots in ``probabilities``) the
+    most probable of its scored options, the first of equals in the options' order."""
     answers: list[dict[int, Answer]] = [{} for _ in requests]
     for k, (b, question_index) in enumerate(slots):
         row = rows[b]
         req = requests[row.request]
         question = req.questions[question_index]
+        if k in probabilities:
+            answers[row.request][question_index] = _scored_answer(
+                question, probabilities[k], req.return_probabilities, row.kind)
+            continue
         positions = state.positions[k][state.positions[k] >= 0]
         tokens = state.ids.reshape(-1)[positions].tolist()
         text = ctx.text(tokens)
@@ -595,6 +577,21 @@ def _decisions(
             mode=row.kind,
         )
     return _per_request(requests, rows, answers, row_steps, decoded, timings)
+
+
+def _scored_answer(question: Question, probs: torch.Tensor, with_probabilities: bool,
+                   kind: str) -> Answer:
+    options = question.answer.options() or []
+    best = int(torch.argmax(probs))  # the first of equals, in the options' order
+    return Answer(
+        id=question.id,
+        value=question.answer.parse(options[best]),
+        text=options[best],
+        confidence=float(probs[best].clamp(0.0, 1.0)),
+        option_probabilities=(dict(zip(options, probs.tolist(), strict=True))
+                              if with_probabilities else None),
+        mode=kind,  # type: ignore[arg-type]
+    )
 
 
 def _per_request(

@@ -46,3 +46,4 @@ class DecisionRequest(BaseModel):
     return_probabilities: bool = False
     commit: Any = None  # "answer" | "token"; None: the engine's (EngineConfig.commit)
     score_options: bool = False  # choice/boolean: score every option (decision.joint.scoring)
+    # after the other questions are denoised

@@ -39,9 +39,10 @@ class DecideOptions(BaseModel):
     )
     score_options: bool = Field(
         False,
-        description="Choice and boolean questions only: answer by scoring every option with "
-        "the chain rule over its tokens (averaged over two decoding orders) instead of "
-        "denoising; threshold, commit and max_steps then play no part.",
+        description="Answer choice and boolean questions by scoring every option with the "
+        "chain rule over its tokens (averaged over two decoding orders) instead of denoising "
+        "them; other questions are denoised first (those slots masked) and the options scored "
+        "given their answers.",
     )
 
 

@@ -31,7 +31,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--probabilities", action="store_true",
                    help="include option probabilities (choice and boolean)")
     p.add_argument("--score-options", action="store_true",
-                   help="choice and boolean questions: score every option instead of denoising")
+                   help="score every option of choice and boolean questions instead of "
+                        "denoising them (other questions are denoised first)")
     p.set_defaults(func=run)
 
 
