@@ -30,12 +30,14 @@ MIN_SCOPES = ("row", "slot")
 COMMITS = ("token", "answer")
 
 
-def _requests(groups: Sequence[Any], mode: str) -> list[dict[str, Any]]:
+def _requests(groups: Sequence[Any], mode: str, score_options: bool = False
+              ) -> list[dict[str, Any]]:
     return [
         {
             "document": g.document,
             "questions": [{"id": q.id, "text": q.text, "answer": q.answer} for q in g.questions],
             "mode": mode,
+            "score_options": score_options,
         }
         for g in groups
     ]
@@ -53,13 +55,14 @@ def evaluate_groups(
     log: Any = None,
     min_scope: str = "row",
     commit: str = "answer",
+    score_options: bool = False,
 ) -> tuple[list[Any], dict[str, list[float]]]:
     """Decode every group in both modes; return metric records and per-group latencies (ms).
 
     ``min_scope``: the decoder's minimum-progress rule (``EngineConfig.min_scope``): at least one
     token a step per pass ("row", the default) or per answer slot ("slot"); ``commit``: a token
     that rule picks is fixed with the rest of its answer ("answer", the default) or alone
-    ("token").
+    ("token"); ``score_options``: closed questions answered by scoring their options.
     """
     from decision.joint.engine import EngineConfig
     from decision.metrics import Record
@@ -72,7 +75,7 @@ def evaluate_groups(
         for start in range(0, len(groups), batch_size):
             chunk = groups[start : start + batch_size]
             t0 = time.perf_counter()
-            decisions = model.decide_many(_requests(chunk, mode), config=config)
+            decisions = model.decide_many(_requests(chunk, mode, score_options), config=config)
             per_group = (time.perf_counter() - t0) * 1000 / len(chunk)
             latency[mode].extend([per_group] * len(chunk))
             for group, decision in zip(chunk, decisions, strict=True):
@@ -108,6 +111,7 @@ def run_eval(
     n_boot: int = 2000,
     min_scope: str = "row",
     commit: str = "answer",
+    score_options: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """Evaluate and return (JSON-ready result, Markdown report); write both when ``out_dir``."""
     import torch
@@ -135,7 +139,8 @@ def run_eval(
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    records, latency = evaluate_groups(model, data, batch_size, log, min_scope, commit)
+    records, latency = evaluate_groups(model, data, batch_size, log, min_scope, commit,
+                                       score_options)
     result, report = summarize(records, n_boot=n_boot)
     result["latency_per_group"] = latency_summary(latency)
     result["setup"] = {
@@ -143,7 +148,7 @@ def run_eval(
         "splits": sorted(s or "none" for s in splits), "model": model_dir or "models/default",
         "batch_size": batch_size, "questions": len(records) // len(MODES),
         "threads": torch.get_num_threads(), "min_scope": min_scope,
-        "commit": commit,
+        "commit": commit, "score_options": score_options,
     }
     lat = result["latency_per_group"]
     report = (
@@ -151,6 +156,7 @@ def run_eval(
         f"({result['setup']['questions']} questions), model {result['setup']['model']}, "
         f"at least one token a step per {'pass' if min_scope == 'row' else 'answer slot'}"
         + (", with its whole answer" if commit == "answer" else ", alone")
+        + ("; closed questions answered by scoring their options" if score_options else "")
         + ".\n\n"
         + report
         + "\n\nLatency per group (batch wall time / groups, batch "
@@ -187,6 +193,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--commit", choices=COMMITS, default="answer",
                         help="a token that minimum picks is fixed with the rest of its answer "
                              "(answer, the default) or alone (token)")
+    parser.add_argument("--score-options", action="store_true",
+                        help="answer choice and boolean questions by scoring every option")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -195,7 +203,8 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     _, report = run_eval(args.model, args.seed_start, args.groups, args.level, args.batch_size,
-                         args.out, min_scope=args.min_scope, commit=args.commit)
+                         args.out, min_scope=args.min_scope, commit=args.commit,
+                         score_options=args.score_options)
     print(report)
     return 0
 

@@ -88,3 +88,33 @@ def test_eval_min_scope_is_passed_to_the_decoder(tiny_dir: Path) -> None:
     assert sum(slot_steps) < sum(row_steps)
     with pytest.raises(DecisionInputError):
         run_eval(str(tiny_dir), 20_000_000, 1, min_scope="token")
+
+
+def test_eval_score_options_reaches_every_request(tiny_dir: Path) -> None:
+    """--score-options: every closed answer of every group is the most probable option."""
+    from apps.contracts.generator import generate_groups
+    from decision.evaluate import evaluate_groups
+    from decision.model import load_model
+
+    model = load_model(str(tiny_dir))
+    groups = list(generate_groups(20_000_000, 3, 2))
+    seen: list[dict] = []
+    original = model.decide_many
+
+    def recording(requests, **options):
+        seen.extend(requests)
+        return original(requests, **options)
+
+    model.decide_many = recording
+    records, _ = evaluate_groups(model, groups, batch_size=2, score_options=True)
+    assert len(seen) == 2 * len(groups) and all(r["score_options"] for r in seen)
+    assert len(records) == 2 * sum(len(g.questions) for g in groups)
+    # a group with closed questions: each scored answer is the argmax of its probabilities
+    g = next(i for i, group in enumerate(groups)
+             if any(q.answer["type"] in ("choice", "boolean") for q in group.questions))
+    decision = original([dict(seen[g], return_probabilities=True)])[0]
+    scored = [a for a in decision.answers if a.option_probabilities is not None]
+    assert scored
+    for answer in scored:
+        probs = answer.option_probabilities
+        assert answer.text == max(probs, key=probs.get)
