@@ -254,3 +254,52 @@ def test_open_questions_are_denoised_first_and_options_scored_given_them(trained
     masked = naive_score_options(full_forward, torch.tensor([layout.block]),
                                  [SlotOptions(0, choice_span.start, sequences)])[0]
     assert (masked - want).abs().max() > 1e-4
+
+
+def test_scored_answers_are_fixed_surest_first_and_seen_by_the_rest(trained) -> None:
+    """Two closed questions in one pass, threshold 1.0: round one scores both with the block
+    masked and fixes the surer; round two scores the other with that option's tokens in the
+    block. Both equal the naive chain rule over full forwards of those blocks."""
+    from decision.joint.layout import build_layout
+    from decision.schemas.compile import compile_answer
+    from decision.schemas.models import Question
+
+    model = trained
+    pair = [CHOICE, BOOLEAN]
+    got = decide(model, DOC, pair, threshold=1.0, return_probabilities=True, score_options=True)
+
+    ctx = tokenizer_context(model.tokenizer)
+    enc = ctx.tokenizer.encode
+    questions = [Question.model_validate(q) for q in pair]
+    budgets = [compile_answer(q.answer, ctx).budget for q in questions]
+    layout = build_layout(ctx.special, enc(DOC, add_special_tokens=False).ids,
+                          [enc(q.text, add_special_tokens=False).ids for q in questions], budgets)
+    history = torch.tensor([layout.history_ids])
+    history_seg = torch.tensor([layout.history_segments])
+    block_seg = torch.tensor([layout.block_segments])
+
+    def full_forward(ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        n = ids.shape[0]
+        with torch.inference_mode():
+            return model(history.expand(n, -1), ids, None, None, history_seg.expand(n, -1),
+                         block_seg.expand(n, -1))
+
+    eos = ctx.special.eos
+    spans = layout.block_slots()
+    options = [q.answer.options() for q in questions]
+    slots = [SlotOptions(0, span.start, tuple(
+        tuple(enc(o, add_special_tokens=False).ids) + (eos,) * (span.length - ctx.count_tokens(o))
+        for o in opts)) for span, opts in zip(spans, options, strict=True)]
+    block = torch.tensor([layout.block])
+    first_round = naive_score_options(full_forward, block, slots)
+    first = max(range(2), key=lambda i: float(first_round[i].max()))
+    second = 1 - first
+    fixed = slots[first].sequences[int(torch.argmax(first_round[first]))]
+    block[0, slots[first].start : slots[first].start + slots[first].length] = torch.tensor(fixed)
+    second_round = naive_score_options(full_forward, block, [slots[second]])[0]
+
+    for i, want in ((first, first_round[first]), (second, second_round)):
+        probs = got.answers[i].option_probabilities
+        assert [probs[o] for o in options[i]] == pytest.approx(want.tolist(), abs=1e-5)
+    # the second answer saw the first: its numbers differ from round one's
+    assert (second_round - first_round[second]).abs().max() > 1e-4

@@ -114,7 +114,8 @@ def decide(
     ``commit``: "answer" or "token" (``ThresholdSamplerConfig``); None takes ``config``'s.
     ``score_options``: answer ``choice``/``boolean`` questions by scoring every option
     (``decision.joint.scoring``) instead of denoising them; the other questions are denoised
-    first, with those slots masked, and the options are scored given their answers.
+    first, with those slots masked, and the options are scored given their answers, in rounds
+    that fix the surest first (docs/decoding.md, "Option scoring").
     """
     request = DecisionRequest(
         document=document, questions=questions, mode=mode, threshold=threshold,
@@ -445,20 +446,39 @@ def _run(
             sampler_s += report.seconds
             constraint_s += report.constraint_seconds
     probabilities: dict[int, torch.Tensor] = {}
-    if scored:
+    remaining = dict(scored)
+    thresholds = [requests[row.request].threshold for row in rows]
+    while remaining:  # rounds: score the slots left given the block, fix the surest of each row
         t0 = time.perf_counter()
         result, forwards_s = _score(model, cache, state.ids, block_mask, seg,
-                                    list(scored.values()), config)
+                                    list(remaining.values()), config)
         denoise_s += forwards_s
-        sampler_s += time.perf_counter() - t0 - forwards_s  # the chain rule's bookkeeping
         row_steps += result.row_forwards
-        for (k, slot), probs in zip(scored.items(), result.probabilities, strict=True):
-            probabilities[k] = probs
+        this_round = dict(zip(remaining, result.probabilities, strict=True))
+        for k in _surest(remaining, this_round, thresholds):
+            slot = remaining.pop(k)
+            probabilities[k] = this_round[k]
+            best = slot.sequences[int(torch.argmax(this_round[k]))]
+            state.ids[slot.row, slot.start : slot.start + slot.length] = torch.tensor(best)
             decoded[slot.row] += slot.length
+        sampler_s += time.perf_counter() - t0 - forwards_s  # the chain rule's bookkeeping
     timings = _timings(prefill_s, denoise_s, sampler_s, constraint_s,
                        time.perf_counter() - start)
     return _decisions(ctx, requests, rows, state, slots, row_steps, decoded, timings,
                       probabilities)
+
+
+def _surest(slots: dict[int, SlotOptions], probabilities: dict[int, torch.Tensor],
+            thresholds: list[float]) -> list[int]:
+    """The scored slots to fix this round: those whose best option reaches their row's
+    threshold, and in every row at least its most confident one (the first of equals)."""
+    confidence = {k: float(p.max()) for k, p in probabilities.items()}
+    surest: dict[int, int] = {}  # row -> slot
+    for k, slot in slots.items():
+        if slot.row not in surest or confidence[k] > confidence[surest[slot.row]]:
+            surest[slot.row] = k
+    return [k for k, slot in slots.items()
+            if confidence[k] >= thresholds[slot.row] or surest[slot.row] == k]
 
 
 def _score(
