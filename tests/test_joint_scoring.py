@@ -127,20 +127,22 @@ def test_answer_is_the_most_probable_option(model) -> None:
     assert quiet.answers[0].option_probabilities is None
 
 
-def test_engine_equals_the_chain_rule_without_a_cache(model) -> None:
-    """Through the history cache and the batched levels, the same numbers as full forwards of
-    each prefix (model.forward: history prefilled anew) in the naive reference."""
+def full_forward_reference(model, questions: list[dict]):
+    """The pass layout of ``questions`` about DOC, a denoiser that runs the model's full forward
+    on it (history prefilled anew each call, no cache) and each slot's options in canonical
+    tokens (``SlotOptions``; None for an open question): what the naive chain rule needs."""
     from decision.joint.layout import build_layout
+    from decision.schemas.compile import compile_answer
+    from decision.schemas.models import Question
 
     ctx = tokenizer_context(model.tokenizer)
     enc = ctx.tokenizer.encode
-    options = CHOICE["answer"]["options"]
-    budget = max(ctx.count_tokens(o) for o in options)
+    parsed = [Question.model_validate(q) for q in questions]
+    budgets = [compile_answer(q.answer, ctx).budget for q in parsed]
     layout = build_layout(ctx.special, enc(DOC, add_special_tokens=False).ids,
-                          [enc(CHOICE["text"], add_special_tokens=False).ids], [budget])
+                          [enc(q.text, add_special_tokens=False).ids for q in parsed], budgets)
     history = torch.tensor([layout.history_ids])
     history_seg = torch.tensor([layout.history_segments])
-    block = torch.tensor([layout.block])
     block_seg = torch.tensor([layout.block_segments])
 
     def full_forward(ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -149,14 +151,26 @@ def test_engine_equals_the_chain_rule_without_a_cache(model) -> None:
             return model(history.expand(n, -1), ids, None, None, history_seg.expand(n, -1),
                          block_seg.expand(n, -1))
 
-    span = layout.block_slots()[0]
     eos = ctx.special.eos
-    sequences = tuple(tuple(enc(o, add_special_tokens=False).ids)
-                      + (eos,) * (budget - ctx.count_tokens(o)) for o in options)
-    want = naive_score_options(full_forward, block, [SlotOptions(0, span.start, sequences)])[0]
+    slots = []
+    for q, span in zip(parsed, layout.block_slots(), strict=True):
+        options = q.answer.options()
+        slots.append(None if options is None else SlotOptions(0, span.start, tuple(
+            tuple(enc(o, add_special_tokens=False).ids) + (eos,) * (span.length
+                                                                     - ctx.count_tokens(o))
+            for o in options)))
+    return layout, full_forward, slots
+
+
+def test_engine_equals_the_chain_rule_without_a_cache(model) -> None:
+    """Through the history cache and the batched levels, the same numbers as full forwards of
+    each prefix (model.forward: history prefilled anew) in the naive reference."""
+    layout, full_forward, (slot,) = full_forward_reference(model, [CHOICE])
+    want = naive_score_options(full_forward, torch.tensor([layout.block]), [slot])[0]
     got = decide(model, DOC, [CHOICE], return_probabilities=True, score_options=True)
     probs = got.answers[0].option_probabilities
-    assert [probs[o] for o in options] == pytest.approx(want.tolist(), abs=1e-5)
+    assert [probs[o] for o in CHOICE["answer"]["options"]] == pytest.approx(want.tolist(),
+                                                                           abs=1e-5)
 
 
 def test_joint_one_question_equals_standalone_and_deterministic(model) -> None:
@@ -211,48 +225,25 @@ def test_open_questions_are_denoised_first_and_options_scored_given_them(trained
     options are scored with its answer in the block: the naive chain rule over full forwards
     of that block gives the same numbers (and not those with the digit's slot masked)."""
     model = trained
-    from decision.joint.layout import build_layout
-    from decision.schemas.compile import compile_answer
-    from decision.schemas.models import Question
-
     got = decide(model, DOC, [CHOICE, DIGIT], return_probabilities=True, score_options=True)
     choice, digit = got.answers
     assert isinstance(digit.value, int) and 0 <= digit.value <= 9
     assert digit.option_probabilities is None and choice.option_probabilities is not None
 
+    layout, full_forward, (slot, _) = full_forward_reference(model, [CHOICE, DIGIT])
     ctx = tokenizer_context(model.tokenizer)
-    enc = ctx.tokenizer.encode
-    questions = [Question.model_validate(q) for q in (CHOICE, DIGIT)]
-    budgets = [compile_answer(q.answer, ctx).budget for q in questions]
-    layout = build_layout(ctx.special, enc(DOC, add_special_tokens=False).ids,
-                          [enc(q.text, add_special_tokens=False).ids for q in questions], budgets)
-    eos = ctx.special.eos
-    choice_span, digit_span = layout.block_slots()
+    digit_span = layout.block_slots()[1]
+    digit_tokens = ctx.tokenizer.encode(str(digit.value), add_special_tokens=False).ids
+    digit_tokens += [ctx.special.eos] * (digit_span.length - len(digit_tokens))  # one character
     block = torch.tensor([layout.block])
-    digit_tokens = enc(str(digit.value), add_special_tokens=False).ids  # one character: one token
-    digit_tokens += [eos] * (digit_span.length - len(digit_tokens))
     block[0, digit_span.start : digit_span.start + digit_span.length] = torch.tensor(digit_tokens)
-    history = torch.tensor([layout.history_ids])
-    history_seg = torch.tensor([layout.history_segments])
-    block_seg = torch.tensor([layout.block_segments])
-
-    def full_forward(ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        n = ids.shape[0]
-        with torch.inference_mode():
-            return model(history.expand(n, -1), ids, None, None, history_seg.expand(n, -1),
-                         block_seg.expand(n, -1))
-
+    want = naive_score_options(full_forward, block, [slot])[0]
     options = CHOICE["answer"]["options"]
-    sequences = tuple(tuple(enc(o, add_special_tokens=False).ids)
-                      + (eos,) * (choice_span.length - ctx.count_tokens(o)) for o in options)
-    want = naive_score_options(full_forward, block,
-                               [SlotOptions(0, choice_span.start, sequences)])[0]
     probs = choice.option_probabilities
     assert [probs[o] for o in options] == pytest.approx(want.tolist(), abs=1e-5)
     assert choice.text == options[int(torch.argmax(want))]
     # and the digit's answer matters: with its slot masked the numbers differ
-    masked = naive_score_options(full_forward, torch.tensor([layout.block]),
-                                 [SlotOptions(0, choice_span.start, sequences)])[0]
+    masked = naive_score_options(full_forward, torch.tensor([layout.block]), [slot])[0]
     assert (masked - want).abs().max() > 1e-4
 
 
@@ -260,36 +251,11 @@ def test_scored_answers_are_fixed_surest_first_and_seen_by_the_rest(trained) -> 
     """Two closed questions in one pass, threshold 1.0: round one scores both with the block
     masked and fixes the surer; round two scores the other with that option's tokens in the
     block. Both equal the naive chain rule over full forwards of those blocks."""
-    from decision.joint.layout import build_layout
-    from decision.schemas.compile import compile_answer
-    from decision.schemas.models import Question
-
     model = trained
     pair = [CHOICE, BOOLEAN]
     got = decide(model, DOC, pair, threshold=1.0, return_probabilities=True, score_options=True)
 
-    ctx = tokenizer_context(model.tokenizer)
-    enc = ctx.tokenizer.encode
-    questions = [Question.model_validate(q) for q in pair]
-    budgets = [compile_answer(q.answer, ctx).budget for q in questions]
-    layout = build_layout(ctx.special, enc(DOC, add_special_tokens=False).ids,
-                          [enc(q.text, add_special_tokens=False).ids for q in questions], budgets)
-    history = torch.tensor([layout.history_ids])
-    history_seg = torch.tensor([layout.history_segments])
-    block_seg = torch.tensor([layout.block_segments])
-
-    def full_forward(ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        n = ids.shape[0]
-        with torch.inference_mode():
-            return model(history.expand(n, -1), ids, None, None, history_seg.expand(n, -1),
-                         block_seg.expand(n, -1))
-
-    eos = ctx.special.eos
-    spans = layout.block_slots()
-    options = [q.answer.options() for q in questions]
-    slots = [SlotOptions(0, span.start, tuple(
-        tuple(enc(o, add_special_tokens=False).ids) + (eos,) * (span.length - ctx.count_tokens(o))
-        for o in opts)) for span, opts in zip(spans, options, strict=True)]
+    layout, full_forward, slots = full_forward_reference(model, pair)
     block = torch.tensor([layout.block])
     first_round = naive_score_options(full_forward, block, slots)
     first = max(range(2), key=lambda i: float(first_round[i].max()))
@@ -300,6 +266,7 @@ def test_scored_answers_are_fixed_surest_first_and_seen_by_the_rest(trained) -> 
 
     for i, want in ((first, first_round[first]), (second, second_round)):
         probs = got.answers[i].option_probabilities
-        assert [probs[o] for o in options[i]] == pytest.approx(want.tolist(), abs=1e-5)
+        options = list(probs)  # in the question's order
+        assert [probs[o] for o in options] == pytest.approx(want.tolist(), abs=1e-5)
     # the second answer saw the first: its numbers differ from round one's
     assert (second_round - first_round[second]).abs().max() > 1e-4
