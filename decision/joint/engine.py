@@ -450,7 +450,7 @@ def _run(
     thresholds = [requests[row.request].threshold for row in rows]
     while remaining:  # rounds: score the slots left given the block, fix the surest of each row
         t0 = time.perf_counter()
-        result, forwards_s = _score(model, cache, state.ids, block_mask, seg,
+        result, forwards_s = _score(model, cache, state.ids, block_mask_d, seg_d,
                                     list(remaining.values()), config)
         denoise_s += forwards_s
         row_steps += result.row_forwards
@@ -482,14 +482,13 @@ def _surest(slots: dict[int, SlotOptions], probabilities: dict[int, torch.Tensor
 
 
 def _score(
-    model: Any, cache: Any, blocks: torch.Tensor, block_mask: torch.Tensor, seg: torch.Tensor,
-    slots: list[SlotOptions], config: EngineConfig,
+    model: Any, cache: Any, blocks: torch.Tensor, block_mask_d: torch.Tensor,
+    seg_d: torch.Tensor, slots: list[SlotOptions], config: EngineConfig,
 ) -> tuple[ScoredOptions, float]:
     """Option probabilities of the scored slots (``decision.joint.scoring``), each slot with
     its own positions masked and the rest of its row's block as it stands; and the seconds
-    its model forwards took."""
+    its model forwards took. ``block_mask_d``/``seg_d`` are already on the model's device."""
     device = model.device
-    block_mask_d, seg_d = block_mask.to(device), seg.to(device)
     forwards_s = 0.0
 
     def denoise(ids: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
