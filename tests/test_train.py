@@ -441,3 +441,12 @@ def test_compare_questions_follow_from_the_two_copied_numbers() -> None:
             assert [s.gold for s in sources] == [a, b]
             assert compare.depends_on == (sources[0].qtype,)
     assert answers == {True, False} and asked >= 30
+
+
+def test_resume_inside_a_length_window_continues_exactly(tmp_path: Path) -> None:
+    """Stopped mid-window (step 7 of windows of 5), the resumed run matches an unbroken one."""
+    full = train(tiny_config(tmp_path / "full", max_steps=12, length_window=5))
+    train(tiny_config(tmp_path / "split", max_steps=12, length_window=5), max_steps=7)
+    part2 = train(tiny_config(tmp_path / "split", max_steps=12, length_window=5), resume=True)
+    assert part2.loop.step == 12
+    assert part2.loop.losses == pytest.approx(full.loop.losses[7:], rel=1e-5, abs=1e-6)

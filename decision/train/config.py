@@ -115,8 +115,11 @@ class RunSection:
     threads: int = 2
     # where the model trains: "cpu", "cuda", "cuda:N", or "auto" (the first GPU when there is one)
     device: str = "cpu"
-    autocast_bf16: bool = False  # bf16 autocast on the device; slower on this AVX2 CPU (no bf16)
+    autocast_bf16: bool = False  # bf16 autocast on the device; no faster on the CPUs measured
     denoise_draws: int = 1  # noise draws per history encoding (loop.batch_loss)
+    # Rows of this many consecutive batches are sorted by history length and re-cut, so a batch
+    # pads less (batches.StepBatches); 1 keeps every batch in plain row order.
+    length_window: int = 1
     # Stop early when, after this many steps, validation accuracy is not above the majority
     # baseline by at least `min_gain` (a run that learns nothing should not burn the budget).
     early_stop_step: int = 3000
@@ -238,6 +241,8 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("optim.lr must be > 0 and optim.batch_size >= 1", "optim")
     if r.denoise_draws < 1:
         raise DecisionInputError("run.denoise_draws must be >= 1", "run.denoise_draws")
+    if r.length_window < 1:
+        raise DecisionInputError("run.length_window must be >= 1", "run.length_window")
     if r.max_steps < 1 or r.log_every < 1 or r.eval_every < 1:
         raise DecisionInputError("run.max_steps/log_every/eval_every must be >= 1", "run")
     check_device(r.device)

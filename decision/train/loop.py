@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import torch
 
 from decision.errors import CheckpointError, DecisionInputError
+from decision.train.batches import StepBatches
 from decision.train.config import TrainConfig
 from decision.train.masking import apply_mask, diffusion_loss, sample_t, slot_rates
 from decision.train.rows import Batch, Row, collate
@@ -306,7 +307,7 @@ def train_loop(
     last_ckpt = t0
     window_loss, window_tokens, window_n, window_t = 0.0, 0, 0, t0
     losses: list[float] = []
-    bs = cfg.optim.batch_size
+    batches = StepBatches(hooks.rows, cfg.optim.batch_size, cfg.run.length_window, cfg.run.seed)
     reason = "max_steps"
     model.train()
 
@@ -324,7 +325,7 @@ def train_loop(
         if minutes > 0 and time.monotonic() - t0 >= minutes * 60:
             reason = "time budget"
             break
-        batch = collate([hooks.rows(step * bs + i) for i in range(bs)], hooks.pad_token_id)
+        batch = collate(batches.rows_for(step), hooks.pad_token_id)
         loss = batch_loss(model, batch, cfg, hooks.mask_token_id, gen, device)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}")
