@@ -67,15 +67,16 @@ if [ "$part" = checks ]; then
     --repeats 5 2>&1 | tee "$out/joint_vs_standalone_${device//:/-}_contracts.md"
 elif [ "$part" = train ]; then
   [ -f .xqdata/train-games.jsonl.gz ] || { echo "carry .xqdata (run 'prepare' here first)"; exit 1; }
-  # configs/xiangqi-stage7.json with the carried data, another batch size and run length
+  # configs/xiangqi-stage8.json with the carried data, another batch size and run length
   config() {  # config BATCH MAX_STEPS OUT_DIR -> path of the written config
     $py - "$@" "$device" <<'EOF'
 import json, sys
 batch, steps, out_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-cfg = json.load(open("configs/xiangqi-stage7.json"))
+cfg = json.load(open("configs/xiangqi-stage8.json"))
 cfg["train"]["optim"]["batch_size"] = batch
 cfg["train"]["run"].update(out_dir=out_dir, max_steps=steps, device=sys.argv[4], threads=8,
-                           eval_every=1_000_000, checkpoint_minutes=60.0)
+                           eval_every=1_000_000, checkpoint_minutes=60.0,
+                           length_window=max(4, 512 // batch))  # ~512 rows sorted per window
 cfg["xiangqi"].update(train_games=".xqdata/train-games.jsonl.gz",
                       valid_games=".xqdata/valid-games.jsonl.gz")
 path = f"/tmp/xq-{batch}-{steps}.json"
