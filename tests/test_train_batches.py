@@ -67,3 +67,26 @@ def test_bad_sizes_are_refused() -> None:
         StepBatches(lengths_source(0), 0)
     with pytest.raises(ValueError):
         StepBatches(lengths_source(0), 4, window=0)
+
+
+def test_the_step_benchmark_runs_and_sorted_windows_pad_less() -> None:
+    """benchmarks/train_step.py on a few Xiangqi rows: one table row per variant."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from apps.xiangqi.train_player import XiangqiSection
+
+    root = Path(__file__).resolve().parents[1]
+    if not Path(XiangqiSection().train_games).is_file():
+        pytest.skip("Xiangqi games not found (clone shared/ beside the repository)")
+    out = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "train_step.py"), "--steps", "2", "--windows",
+         "2", "--rounds", "1", "--games", "60", "--threads", "1", "--bf16"],
+        capture_output=True, text=True, cwd=root, check=True, timeout=600,
+    ).stdout
+    rows = {line.split("|")[1].strip(): line.split("|")[2:5] for line in out.splitlines()
+            if line.startswith("| ") and "---" not in line and "batches" not in line}
+    assert set(rows) == {"plain order", "sorted windows of 2", "plain order, bf16 autocast"}
+    assert int(rows["sorted windows of 2"][0]) <= int(rows["plain order"][0])
+    assert float(rows["plain order"][2]) == 1.0
