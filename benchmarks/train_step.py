@@ -2,8 +2,9 @@
 
 The same rows, the same model and the same step (``batch_loss`` then ``backward``); variants run
 interleaved, one step each per round, and the table gives medians over the rounds, the mean
-padded history width per batch, and each variant's time relative to plain order. The optional
-``--bf16`` adds the plain-order step under bf16 autocast.
+padded history width per batch, and each variant's time relative to plain order; the header
+gives the time to build a row (replay, render, tokenize, lay out), which the loop spends too.
+The optional ``--bf16`` adds the plain-order step under bf16 autocast.
 
     .venv/bin/python benchmarks/train_step.py    # models/xiangqi, configs/xiangqi-stage8.json
     .venv/bin/python benchmarks/train_step.py --rounds 5 --windows 8 32 --bf16
@@ -56,7 +57,9 @@ def main() -> int:
     bs = cfg.optim.batch_size
     # whole windows, all timed: every variant trains on the same rows
     span = -(-args.steps // max(args.windows)) * max(args.windows)
-    rows = [source.row(i) for i in range(span * bs)]
+    t0 = time.perf_counter()
+    rows = [source.row(i) for i in range(span * bs)]  # replay, render, tokenize, lay out
+    row_ms = (time.perf_counter() - t0) * 1000 / len(rows)
 
     variants: dict[str, tuple[StepBatches, TrainConfig]] = {
         "plain order": (StepBatches(rows.__getitem__, bs), cfg)
@@ -82,7 +85,8 @@ def main() -> int:
 
     real = statistics.mean(len(r.history_ids) for r in rows)
     print(f"# {args.model}, batch {bs}, {cfg.run.denoise_draws} noise draws, {args.threads} "
-          f"threads; {len(rows)} rows, mean history {real:.0f} tokens; medians of {args.rounds}")
+          f"threads; {len(rows)} rows ({row_ms:.2f} ms each to build), mean history {real:.0f} "
+          f"tokens; medians of {args.rounds}")
     print("| batches | padded history width | step (s) | / plain |\n|---|---:|---:|---:|")
     base = statistics.median(times["plain order"])
     for name in variants:

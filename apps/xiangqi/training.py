@@ -134,17 +134,39 @@ def tokenizer_corpus(games: Sequence[GameRecord], count: int, seed: int) -> Iter
         yield ex.gold
 
 
-def slot_budget(tokenizer: Tokenizer, options: Iterable[str]) -> int:
-    """The engine's slot length for a choice (``ChoiceAnswer.budget``): the longest option."""
-    return max(len(tokenizer.encode(o, add_special_tokens=False).ids) for o in options)
+def slot_budget(
+    tokenizer: Tokenizer, options: Iterable[str], lengths: dict[str, int] | None = None
+) -> int:
+    """The engine's slot length for a choice (``ChoiceAnswer.budget``): the longest option.
+
+    ``lengths`` caches each option's token count across calls for this tokenizer (there are
+    at most a few thousand ICCS moves; encoding a position's ~40 options was half of a
+    training row's cost).
+    """
+    cache = {} if lengths is None else lengths
+    longest = 0
+    for option in options:
+        n = cache.get(option)
+        if n is None:
+            n = cache[option] = len(tokenizer.encode(option, add_special_tokens=False).ids)
+        longest = max(longest, n)
+    return longest
 
 
-def encode_example(ex: MoveExample, tokenizer: Tokenizer, special: SpecialIds) -> Row:
-    """Lay an example out as the decoder does, with the gold move in the slot (EOS-padded)."""
+def encode_example(
+    ex: MoveExample,
+    tokenizer: Tokenizer,
+    special: SpecialIds,
+    option_lengths: dict[str, int] | None = None,
+) -> Row:
+    """Lay an example out as the decoder does, with the gold move in the slot (EOS-padded).
+
+    ``option_lengths``: a :func:`slot_budget` cache kept by the caller for this tokenizer.
+    """
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False).ids
 
-    budget = slot_budget(tokenizer, ex.question["answer"]["options"])
+    budget = slot_budget(tokenizer, ex.question["answer"]["options"], option_lengths)
     layout = build_layout(
         special, encode(ex.document), [encode(ex.question["text"])], [budget], [encode(ex.gold)]
     )
@@ -179,6 +201,7 @@ class MoveRowSource:
         self.refs = list(refs)
         self.tokenizer = tokenizer
         self.special = special_ids(tokenizer)
+        self._option_lengths: dict[str, int] = {}
 
     def example(self, i: int) -> MoveExample:
         for k in range(len(self.refs)):
@@ -190,4 +213,4 @@ class MoveRowSource:
         raise DecisionInputError("every sampled position has a single legal move", "refs")
 
     def row(self, i: int) -> Row:
-        return encode_example(self.example(i), self.tokenizer, self.special)
+        return encode_example(self.example(i), self.tokenizer, self.special, self._option_lengths)
