@@ -70,15 +70,16 @@ def main() -> int:
         bf = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, autocast_bf16=True))
         variants["plain order, bf16 autocast"] = (StepBatches(rows.__getitem__, bs), bf)
 
+    collated = {name: [collate(batches.rows_for(s), ids.pad) for s in range(span)]
+                for name, (batches, _) in variants.items()}
+    widths = {name: statistics.mean(b.history_ids.shape[1] for b in batch_list)
+              for name, batch_list in collated.items()}
     times: dict[str, list[float]] = {name: [] for name in variants}
-    widths: dict[str, float] = {}
     gen = torch.Generator().manual_seed(0)
     for _ in range(args.rounds):
-        for name, (batches, c) in variants.items():
-            batch_list = [collate(batches.rows_for(s), ids.pad) for s in range(span)]
-            widths[name] = statistics.mean(b.history_ids.shape[1] for b in batch_list)
+        for name, (_, c) in variants.items():
             t0 = time.perf_counter()
-            for b in batch_list:
+            for b in collated[name]:
                 batch_loss(model, b, c, ids.mask, gen).backward()
             times[name].append((time.perf_counter() - t0) / span)
             model.zero_grad(set_to_none=True)

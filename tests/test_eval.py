@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +63,23 @@ def test_eval_rejects_bad_input(tiny_dir: Path, capsys: pytest.CaptureFixture[st
     assert "error" in capsys.readouterr().err
 
 
+def record_decide_many(model: Any) -> tuple[list[dict], list[Any], Any]:
+    """Wrap ``model.decide_many`` to keep every request and decision; returns both lists and
+    the original method."""
+    requests_seen: list[dict] = []
+    decisions_seen: list[Any] = []
+    original = model.decide_many
+
+    def recording(requests, **options):  # noqa: ANN001, ANN202 - decide_many's signature
+        decisions = original(requests, **options)
+        requests_seen.extend(requests)
+        decisions_seen.extend(decisions)
+        return decisions
+
+    model.decide_many = recording
+    return requests_seen, decisions_seen, original
+
+
 def test_eval_min_scope_is_passed_to_the_decoder(tiny_dir: Path) -> None:
     """Per-slot progress finishes each group in as many steps as its longest answer needs."""
     from apps.contracts.generator import generate_groups
@@ -70,20 +88,12 @@ def test_eval_min_scope_is_passed_to_the_decoder(tiny_dir: Path) -> None:
 
     model = load_model(str(tiny_dir))
     groups = list(generate_groups(20_000_000, 3, 2))
-    calls: list[int] = []
-    original = model.decide_many
-
-    def counting(requests, **options):
-        decisions = original(requests, **options)
-        calls.extend(d.steps for d in decisions)
-        return decisions
-
-    model.decide_many = counting
+    _, decisions, _ = record_decide_many(model)
     evaluate_groups(model, groups, batch_size=3, min_scope="slot")
-    slot_steps = calls[:3]
-    calls.clear()
+    slot_steps = [d.steps for d in decisions[:3]]
+    decisions.clear()
     evaluate_groups(model, groups, batch_size=3, min_scope="row")
-    row_steps = calls[:3]
+    row_steps = [d.steps for d in decisions[:3]]
     assert all(s <= r for s, r in zip(slot_steps, row_steps, strict=True))
     assert sum(slot_steps) < sum(row_steps)
     with pytest.raises(DecisionInputError):
@@ -98,14 +108,7 @@ def test_eval_score_options_reaches_every_request(tiny_dir: Path) -> None:
 
     model = load_model(str(tiny_dir))
     groups = list(generate_groups(20_000_000, 3, 2))
-    seen: list[dict] = []
-    original = model.decide_many
-
-    def recording(requests, **options):
-        seen.extend(requests)
-        return original(requests, **options)
-
-    model.decide_many = recording
+    seen, _, original = record_decide_many(model)
     records, _ = evaluate_groups(model, groups, batch_size=2, score_options=True)
     assert len(seen) == 2 * len(groups) and all(r["score_options"] for r in seen)
     assert len(records) == 2 * sum(len(g.questions) for g in groups)
