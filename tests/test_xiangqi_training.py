@@ -178,6 +178,13 @@ def test_agreement_on_tiny_model_is_well_formed(games: list[GameRecord], tiny: A
     assert sum(p["n"] for p in result.by_phase.values()) == 6
     assert [r["gold"] for r in result.results] == [p.example.gold for p in sample]
     assert sum(r["hit"] for r in result.results) == round(result.top1 * 6)
+    low, high = result.top1_interval
+    assert 0.0 <= low <= result.top1 <= high <= 1.0 and high - low > 0.2  # 6 positions: wide
+    if unseen:
+        low, high = result.unseen_top1_interval
+        assert low <= result.unseen_top1 <= high
+    else:
+        assert result.unseen_top1_interval is None
     assert [r["seen"] for r in result.results] == [p.key in seen for p in sample]
     base = baseline_agreement(games, 6, seed=1)  # same positions as the sample
     assert base["positions"] == 6 and 0 < base["uniform_random_top1"] < 1

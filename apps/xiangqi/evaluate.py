@@ -60,6 +60,7 @@ from apps.xiangqi.training import (
     sample_positions,
 )
 from decision.errors import DecisionInputError
+from decision.metrics import wilson_interval
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 
@@ -172,6 +173,9 @@ class AgreementResult:
     top1: float
     unseen_positions: int
     unseen_top1: float | None
+    # 95 % Wilson intervals of the two agreements (decision.metrics.wilson_interval)
+    top1_interval: tuple[float, float] | None
+    unseen_top1_interval: tuple[float, float] | None
     legal: int  # decoded moves that were legal options
     seconds: float
     by_phase: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -250,9 +254,12 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
         phases.setdefault(_phase(r["ply"]), []).append(r["hit"])
     unseen = [r["hit"] for r in results if not r["seen"]]
     n = len(sample)
+    hits = sum(r["hit"] for r in results)
     return AgreementResult(
-        positions=n, top1=sum(r["hit"] for r in results) / max(1, n),
+        positions=n, top1=hits / max(1, n),
         unseen_positions=len(unseen), unseen_top1=sum(unseen) / len(unseen) if unseen else None,
+        top1_interval=wilson_interval(hits, n) if n else None,
+        unseen_top1_interval=wilson_interval(sum(unseen), len(unseen)) if unseen else None,
         legal=legal, seconds=round(time.monotonic() - t0, 1),
         by_phase={k: {"n": len(v), "top1": sum(v) / len(v)} for k, v in sorted(phases.items())},
         player=_player_label(search, margin), results=results,
