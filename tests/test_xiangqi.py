@@ -332,6 +332,10 @@ def test_fen_reads_aliases_and_short_forms() -> None:
         ("RRR1k4/9/9/9/9/9/9/9/9/3K5 b - - 0 1", "at most 2"),
         ("3k5", "fields"),
         ("", "fields"),
+        # digits other than ASCII 1-9 (str.isdigit() accepts '\u00b2' and '\u0663')
+        ("rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBAKABN\u00b2 w", "empty points"),
+        ("rnbakabnr/9/1c5c1/p1p1p1p1p/09/9/P1P1P1P1P/1C5C1/9/RNBAKABNR w", "empty points"),
+        ("3k5/9/9/9/9/9/9/9/9/4K4 w - - 0 \u0663", "move number"),
     ],
 )
 def test_invalid_fen_raises(fen: str, why: str) -> None:

@@ -167,6 +167,8 @@ def test_undo_after_a_mate_reopens_the_game(client: TestClient) -> None:
         ("4k4/9/9/9/9/9/9/9/9/4K4 w - - 0 1", "flying general"),
         ("rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBAKABNR x", ""),
         ("x" * 500, "too long"),
+        # A non-ASCII digit passes str.isdigit() but not int(): once a 500.
+        ("rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBAKABN\u00b2 w", "empty points"),
     ],
 )
 def test_malformed_fen_is_422_naming_the_field(client: TestClient, fen: str, words: str) -> None:
@@ -186,6 +188,54 @@ def test_bad_requests(client: TestClient) -> None:
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
     r = move(client, "nope", "h2e2")
     assert r.status_code == 404
+
+
+def test_new_game_body_may_be_left_out(client: TestClient) -> None:
+    """Every field of a new game has a default, so a bare POST starts the usual game."""
+    r = client.post(GAMES)
+    assert r.status_code == 201, r.text
+    g = r.json()
+    assert g["model_side"] == "black" and g["moves"] == [] and len(g["legal_moves"]) == 44
+    r = client.post(GAMES, content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400  # a body that is there must still be JSON
+
+
+def test_a_slow_model_move_never_delays_another_game(db: Path) -> None:
+    """Each game has its own lock: while the model thinks on one game, another game plays on,
+    even one whose id would have shared a lock stripe (``hash(id) % 64``) with it."""
+    asked = threading.Event()
+    release = threading.Event()
+
+    class WaitingPlayer:
+        def choose(self, board: Board) -> Move:
+            asked.set()  # the model move now holds its game's lock
+            release.wait(10)
+            return board.legal_moves[0]
+
+    service = GameService(GameStore(db), WaitingPlayer())
+    first = service.create(None, "red")["id"]
+    other = service.create(None, "none")["id"]
+    while hash(other) % 64 != hash(first) % 64:  # the worst case for striped locks
+        other = service.create(None, "none")["id"]
+    thinking = threading.Thread(target=service.model_move, args=(first,))
+    thinking.start()
+    played = threading.Event()
+
+    def play_other() -> None:
+        service.move(other, "h2e2")
+        played.set()
+
+    worker = threading.Thread(target=play_other)
+    try:
+        assert asked.wait(10)
+        worker.start()
+        assert played.wait(3), "a move on another game waited for this game's model move"
+    finally:
+        release.set()
+        thinking.join()
+        worker.join()
+    assert len(service.state(first)["moves"]) == 1
+    assert [m["iccs"] for m in service.state(other)["moves"]] == ["h2e2"]
 
 
 def test_stale_version_is_refused(client: TestClient) -> None:

@@ -369,8 +369,10 @@ def _svc(request: Request) -> GameService:
 
 
 @router.post("/api/xiangqi/games", status_code=201)
-def create_game(body: NewGame, request: Request) -> dict[str, Any]:
-    """Start a game (start position or ``fen``); the model plays ``model_side``."""
+def create_game(request: Request, body: NewGame | None = None) -> dict[str, Any]:
+    """Start a game (start position or ``fen``); the model plays ``model_side``. Every field
+    has a default, so the body may be left out."""
+    body = body if body is not None else NewGame()
     return _svc(request).create(body.fen, body.model_side)
 
 

@@ -68,7 +68,8 @@ def parse_fen(fen: str, strict: bool = True) -> FenFields:
 
 
 def _parse_counter(text: str, name: str, minimum: int) -> int:
-    if not text.isdigit() or int(text) < minimum:
+    # ASCII digits only: str.isdigit() also accepts e.g. '²' and '٣', which int() refuses or reads
+    if not (text.isascii() and text.isdigit()) or int(text) < minimum:
         raise InvalidFen(f"{name} must be an integer >= {minimum}, got {text!r}")
     return int(text)
 
@@ -82,8 +83,12 @@ def _parse_placement(placement: str) -> list[int]:
         rank = 9 - i
         f = 0
         for ch in row:
-            if ch.isdigit():
+            if ch in "123456789":  # a run of empty points (ASCII, never 0)
                 f += int(ch)
+            elif ch.isdigit():
+                raise InvalidFen(
+                    f"rank {rank} ({row!r}): {ch!r} is not a run of 1 to 9 empty points"
+                )
             else:
                 piece_type = SYMBOL_TYPES.get(ch.lower())
                 if piece_type is None:
