@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,33 @@ def test_default_path_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert default_db_path() == tmp_path / "xdg" / "decision" / "xiangqi.sqlite3"
     store = GameStore()  # creates the folder
     assert store.path.parent.is_dir()
+
+
+
+def test_one_lock_per_game_serialises_that_game_only(tmp_path: Path) -> None:
+    """Requests on one game wait for each other; another game's lock is free meanwhile; the
+    lock of a game nobody is using is forgotten (the registry does not grow with the games)."""
+    store = GameStore(tmp_path / "g.sqlite3")
+    entered = threading.Event()
+
+    def second_on_a() -> None:
+        with store.locked("a"):
+            entered.set()
+
+    waiter = threading.Thread(target=second_on_a)
+    with store.locked("a"):
+        waiter.start()
+        assert not entered.wait(0.2)  # the same game: it waits
+        done = threading.Event()
+
+        def other_games() -> None:
+            for i in range(200):  # some ids share a hash % 64 with "a"
+                with store.locked(f"game-{i}"):
+                    pass
+            done.set()
+
+        threading.Thread(target=other_games, daemon=True).start()
+        assert done.wait(5), "another game waited for the lock of game 'a'"
+    assert entered.wait(5)
+    waiter.join()
+    assert store._locks == {}

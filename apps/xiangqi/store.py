@@ -5,8 +5,9 @@ the current position is always a replay of legal moves and a restart of the serv
 
 Concurrency has two layers:
 
-* in one process, a per-game lock (striped: ``game_id`` hashes to one of a fixed set of locks)
-  serialises read-compute-write on a game, so two requests on one game never interleave;
+* in one process, a per-game lock (created on first use, dropped when no request holds or awaits
+  it) serialises read-compute-write on a game, so two requests on one game never interleave while
+  requests on different games (a slow model move included) never wait for each other;
 * across processes (or two app instances on the same file), every write is a compare-and-swap on
   the ``version`` column inside a ``BEGIN IMMEDIATE`` transaction: a write whose base version is
   stale is refused with :class:`StaleGameError` instead of overwriting the other writer's move.
@@ -26,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-_LOCK_STRIPES = 64
 _MODEL_SIDES = ("red", "black", "none")
 _PLAYERS = ("human", "model")
 
@@ -95,6 +95,16 @@ class GameRecord:
         )
 
 
+class _GameLock:
+    """One game's lock and how many requests hold or await it (so it can be forgotten)."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
 def default_db_path() -> Path:
     """Where games live unless configured: ``$DECISION_XIANGQI_DB``, else ``xiangqi.sqlite3``
     in ``$DECISION_DATA_DIR``, else in ``$XDG_DATA_HOME/decision`` (``~/.local/share/decision``).
@@ -115,7 +125,8 @@ class GameStore:
     def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout_s: float = 30.0):
         self.path = Path(path) if path is not None else default_db_path()
         self.timeout_s = timeout_s
-        self._stripes = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+        self._locks: dict[str, _GameLock] = {}  # guarded by _locks_guard
+        self._locks_guard = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
             # WAL lets readers run while a writer commits; it is a property of the file.
@@ -141,9 +152,22 @@ class GameStore:
 
     @contextmanager
     def locked(self, game_id: str) -> Iterator[None]:
-        """Hold the in-process lock of one game (read, compute, then :meth:`save` under it)."""
-        with self._stripes[hash(game_id) % _LOCK_STRIPES]:
-            yield
+        """Hold the in-process lock of one game (read, compute, then :meth:`save` under it).
+
+        Each game has its own lock, so a slow model move on one game never delays another; the
+        lock is forgotten once no request holds or awaits it.
+        """
+        with self._locks_guard:
+            entry = self._locks.setdefault(game_id, _GameLock())
+            entry.users += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self._locks_guard:
+                entry.users -= 1
+                if entry.users == 0:
+                    del self._locks[game_id]
 
     def create(self, start_fen: str, model_side: str) -> GameRecord:
         """Store a new game with no moves and return it."""
