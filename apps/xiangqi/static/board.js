@@ -372,6 +372,16 @@ function remember(id) {
   } catch (_) { /* private mode */ }
 }
 
+// The last game's id, or null where storage is blocked (reading localStorage then throws, or it
+// is null): the board must still start.
+function rememberedGame() {
+  try {
+    return localStorage.getItem("xiangqi.game");
+  } catch (_) {
+    return null;
+  }
+}
+
 async function newGame() {
   const body = { model_side: el("model-side").value };
   const fen = el("fen").value.trim();
@@ -439,6 +449,9 @@ el("undo").addEventListener("click", () => run(async () => {
   selected = null;
   state = await api("POST", `/${state.id}/undo`, { version: state.version });
   render();
+  // Undoing the model's opening move (it plays Red, or Black from a FEN) leaves it to move:
+  // let it play, as on a new game or a reload, instead of waiting for a click.
+  await modelReplyIfDue();
 }));
 el("flip").addEventListener("click", () => {
   flipped = !flipped;
@@ -453,7 +466,7 @@ el("model-move").addEventListener("click", () => run(async () => {
 
 async function start() {
   drawGrid();
-  const id = location.hash.slice(1) || localStorage.getItem("xiangqi.game");
+  const id = location.hash.slice(1) || rememberedGame();
   await run(async () => {
     if (id) {
       try {
