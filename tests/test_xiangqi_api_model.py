@@ -7,6 +7,7 @@ always plays a legal move, alone, through the game API, and inside ``decision se
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,48 @@ def test_inside_decision_serve_the_model_answers_through_the_worker(
                if line.startswith("decision_batch_size_count")]
     assert batches and float(batches[0].split()[-1]) >= 1, metrics
     assert (tmp_path / "served.sqlite3").exists()
+
+
+def test_model_moves_that_fill_the_route_threads_do_not_deadlock_the_service(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model move holds one of the app's route threads (anyio's default limiter, 40) while it
+    waits on the service's ``decide``; that must not need another token of the same limiter,
+    or as many concurrent model moves as there are tokens would wait on each other forever.
+    The limiter is shrunk to 1 token here, so one move would show it (then 2 for two moves)."""
+    import anyio.to_thread
+
+    from decision.serve.app import create_app as create_service
+    from decision.serve.settings import ServeSettings
+    from decision.serve.testing import running_server
+
+    monkeypatch.setenv("DECISION_XIANGQI_DB", str(tmp_path / "served.sqlite3"))
+    monkeypatch.setenv("DECISION_XIANGQI_MODEL", "default")
+    monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "0")
+    app = create_service(ServeSettings(model_path=str(checkpoint)))
+
+    @app.post("/test/route-threads/{n}")
+    async def route_threads(n: int) -> None:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = n
+
+    with running_server(app) as base, httpx.Client(base_url=base, timeout=60) as http:
+        games = [http.post(GAMES, json={"model_side": "red"}).json()["id"] for _ in range(3)]
+        http.post(f"{GAMES}/{games[2]}/model-move").raise_for_status()  # the player is loaded
+
+        def model_move(game_id: str) -> int:
+            with httpx.Client(base_url=base, timeout=20) as client:
+                try:
+                    return client.post(f"{GAMES}/{game_id}/model-move").status_code
+                except httpx.TimeoutException:
+                    return -1  # deadlocked
+
+        http.post("/test/route-threads/1").raise_for_status()
+        assert model_move(games[0]) == 200
+        http.post(f"{GAMES}/{games[0]}/undo").raise_for_status()
+        http.post("/test/route-threads/2").raise_for_status()
+        with ThreadPoolExecutor(2) as pool:
+            codes = list(pool.map(model_move, games[:2]))
+    assert codes == [200, 200], codes
 
 
 def test_player_settings() -> None:

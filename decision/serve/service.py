@@ -71,6 +71,12 @@ def to_response(decision: Any, model_name: str, extra_ms: dict[str, float]) -> D
     )
 
 
+# Threads that validate and compile requests at once. Their own limiter, not anyio's default
+# one: sync routes hold tokens of that one while they wait on ``decide`` (a Xiangqi model move,
+# ``ServiceModel``), so sharing it would deadlock once every token is held by such a route.
+PREPARE_THREADS = 4
+
+
 class DecisionService:
     """Holds the engine, the worker and the metrics of one app."""
 
@@ -78,6 +84,7 @@ class DecisionService:
         self.settings = settings
         self.engine: ServiceEngine | None = None
         self.worker: BatchWorker | None = None
+        self._prepare_limiter: anyio.CapacityLimiter | None = None  # made on the event loop
         self.metrics = ServiceMetrics(
             queue_depth=lambda: float(self.worker.depth) if self.worker else 0.0,
             model_loaded=lambda: 1.0 if self.ready else 0.0,
@@ -116,7 +123,10 @@ class DecisionService:
         # Validation and schema compilation can take milliseconds (regex -> automaton): done in a
         # thread, so the event loop keeps serving, and before enqueueing, so bad input never
         # reaches (or stalls) the worker.
-        prepared = await anyio.to_thread.run_sync(engine.prepare, body)
+        if self._prepare_limiter is None:
+            self._prepare_limiter = anyio.CapacityLimiter(PREPARE_THREADS)
+        prepared = await anyio.to_thread.run_sync(engine.prepare, body,
+                                                  limiter=self._prepare_limiter)
         prepared_at = time.monotonic()
         try:
             item = worker.enqueue(prepared, timeout - (prepared_at - arrived))
