@@ -205,6 +205,10 @@ def test_score_usage_errors(tmp_path: Path, checkpoint: Path,
                      "--model", str(checkpoint), "--no-progress"]) == 2
     assert "not a predictions file" in capsys.readouterr().err
     assert foreign.read_text() == "a,b\n1,2\n"  # never overwritten on resume
+    # an --out that cannot be written: one line and status 2, not a traceback
+    assert cli_main(["score", str(src), "--out", str(tmp_path / "no-dir" / "o.csv"),
+                     "--model", str(checkpoint), "--no-progress"]) == 2
+    assert "cannot write" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -253,3 +257,71 @@ def test_a_group_the_model_rejects_is_skipped_whole(
     with pytest.raises(DecisionInputError, match=r"in\.csv:2: group 'big'"):
         score_csv(path, tmp_path / "strict.csv", engine, mode="joint", strict=True,
                   show_progress=False)
+
+
+class _FakeEngine:
+    """Answers every boolean question "yes"; ``decide_many`` raises for the document "boom"."""
+
+    name = "fake"
+
+    def prepare(self, body: Any) -> Any:
+        return body
+
+    def decide_many(self, prepared: Sequence[Any]) -> list[Any]:
+        from types import SimpleNamespace as NS
+
+        if any(body.document == "boom" for body in prepared):
+            raise RuntimeError("the decoder failed")
+        return [NS(answers=[NS(id=q.id, value=True, text="yes", confidence=0.9)
+                            for q in body.questions], steps=1, tokens_per_forward=1.0)
+                for body in prepared]
+
+
+def _fake_csv(path: Path, documents: Sequence[str]) -> Path:
+    rows = [list(csv_format.HEADER)] + [[f"g{i}", doc, "q", "Q?", "boolean", "{}", "true"]
+                                        for i, doc in enumerate(documents)]
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize("batch_groups", [1, 2, 3])
+def test_a_failing_group_is_skipped_whatever_the_batch_size(
+    tmp_path: Path, batch_groups: int
+) -> None:
+    # with a batch of one group the engine's exception used to end the whole run
+    path = _fake_csv(tmp_path / "in.csv", ["fine", "boom", "fine too"])
+    out = tmp_path / "pred.csv"
+    engine: Any = _FakeEngine()
+    result = score_csv(path, out, engine, batch_groups=batch_groups, show_progress=False)
+    assert [(p.line, p.group_id) for p in result.problems] == [(3, "g1")]
+    assert "RuntimeError: the decoder failed" in result.problems[0].reason
+    assert [r.group_id for r in read_predictions(out)] == ["g0", "g2"]
+
+
+def test_resume_with_another_mode_is_refused_and_keeps_the_file(tmp_path: Path) -> None:
+    path = _fake_csv(tmp_path / "in.csv", ["one", "two"])
+    out = tmp_path / "pred.csv"
+    engine: Any = _FakeEngine()
+    score_csv(path, out, engine, mode="both", show_progress=False)
+    before = out.read_bytes()
+    # used to cut away the standalone rows (--mode joint) ...
+    with pytest.raises(DecisionInputError, match="holds standalone predictions"):
+        score_csv(path, out, engine, mode="joint", resume=True, show_progress=False)
+    assert out.read_bytes() == before
+    # ... or keep joint rows as a standalone run's, scoring nothing (--mode standalone)
+    joint = tmp_path / "joint.csv"
+    score_csv(path, joint, engine, mode="joint", show_progress=False)
+    with pytest.raises(DecisionInputError, match="holds joint predictions"):
+        score_csv(path, joint, engine, mode="standalone", resume=True, show_progress=False)
+    result = score_csv(path, out, engine, mode="both", resume=True, show_progress=False)
+    assert result.resumed == 2 and result.scored == 0
+
+
+def test_predictions_never_overwrite_the_input(tmp_path: Path) -> None:
+    path = _fake_csv(tmp_path / "in.csv", ["one"])
+    before = path.read_bytes()
+    engine: Any = _FakeEngine()
+    with pytest.raises(DecisionInputError, match="overwrite the input"):
+        score_csv(path, tmp_path / "." / "in.csv", engine, show_progress=False)
+    assert path.read_bytes() == before

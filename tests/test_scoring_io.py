@@ -180,3 +180,61 @@ def test_recover_refuses_a_foreign_file(tmp_path: Path) -> None:
     with pytest.raises(DecisionInputError, match="not a predictions file"):
         recover(out, {"x": 1})
     assert recover(tmp_path / "none.csv", {}) == set()
+
+
+def test_a_malformed_first_row_skips_only_itself(tmp_path: Path) -> None:
+    # the later rows leave the document empty, as the format allows: they still join the group
+    path = tmp_path / "in.csv"
+    path.write_text(_csv([
+        ["g", "The document.", "q1", "Q1?", "choice", "[]", ""],
+        ["g", "", "q2", "Q2?", "boolean", "", "true"],
+        ["g", "", "q3", "Q3?", "boolean", "", ""],
+        ["h", "Another document.", "q1", "Q?", "choice", "[not json", ""],
+    ]), encoding="utf-8")
+    groups, problems = read_groups(path)
+    assert [(p.line, p.group_id) for p in problems] == [(2, "g"), (5, "h")]
+    assert "non-empty JSON list" in problems[0].reason
+    assert [g.group_id for g in groups] == ["g"]  # h had no good row: left out, not empty
+    assert groups[0].document == "The document."
+    assert [q.question.id for q in groups[0].questions] == ["q2", "q3"]
+
+
+def test_a_byte_order_mark_before_the_header_is_ignored(tmp_path: Path) -> None:
+    # a spreadsheet's "CSV UTF-8" export starts with one
+    path = tmp_path / "in.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + _csv([["g", "D", "q", "Q", "boolean", "", "true"]])
+                     .encode("utf-8"))
+    groups, problems = read_groups(path)
+    assert problems == [] and groups[0].group_id == "g"
+
+
+def test_recover_keeps_groups_whose_cells_hold_other_line_breaks(tmp_path: Path) -> None:
+    # U+2028, \x85, \x0c and friends are left unquoted by the csv writer; only "\n" ends a row
+    out = tmp_path / "out.csv"
+    rows = [PredictionRow(f"g{i}", "a", "joint", "pattern", text, 0.5, None, None, 1, 1.0)
+            for i, text in enumerate(["x\u2028y", "p\x0cq", "r\x85s", "plain"])]
+    with PredictionWriter(out, append=False) as writer:
+        for row in rows:
+            writer.write_group([row])
+    complete = out.read_bytes()
+    assert recover(out, {f"g{i}": 1 for i in range(4)}) == {"g0", "g1", "g2", "g3"}
+    assert out.read_bytes() == complete
+
+
+def test_recover_refuses_a_file_of_another_mode_untouched(tmp_path: Path) -> None:
+    out = tmp_path / "out.csv"
+    with PredictionWriter(out, append=False) as writer:
+        writer.write_group([_row("g1", "a"), _row("g1", "a", "standalone")])
+        writer.write_group([_row("g2", "a"), _row("g2", "a", "standalone")])
+    before = out.read_bytes()
+    with pytest.raises(DecisionInputError, match="holds standalone predictions"):
+        recover(out, {"g1": 1, "g2": 1}, ("joint",))
+    assert out.read_bytes() == before
+    assert recover(out, {"g1": 2, "g2": 2}, ("joint", "standalone")) == {"g1", "g2"}
+
+
+def test_unwritable_or_unreadable_predictions_path(tmp_path: Path) -> None:
+    with pytest.raises(DecisionInputError, match="cannot write"):
+        PredictionWriter(tmp_path / "no-such-dir" / "out.csv", append=False)
+    with pytest.raises(DecisionInputError, match="cannot read"):
+        recover(tmp_path, {})  # a directory

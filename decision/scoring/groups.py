@@ -80,7 +80,9 @@ def read_groups(path: Path, *, strict: bool = False) -> tuple[list[InputGroup], 
         problems.append(Problem(line, group_id, reason))
 
     try:
-        handle = path.open(encoding="utf-8", newline="")
+        # utf-8-sig: a spreadsheet's "CSV UTF-8" export starts with a byte-order mark, which
+        # would otherwise stick to the first column's name ("header lacks group_id").
+        handle = path.open(encoding="utf-8-sig", newline="")
     except OSError as exc:
         raise DecisionInputError(f"{path}: cannot open: {exc.strerror}", "input") from None
     with handle:
@@ -123,7 +125,8 @@ def read_groups(path: Path, *, strict: bool = False) -> tuple[list[InputGroup], 
                 _add_row(groups, path.parent, start, group_id, cells)
             except DecisionInputError as exc:
                 bad(start, group_id or None, exc.message)
-    return list(groups.values()), problems
+    # A group all of whose rows were malformed has no questions: each row is reported already.
+    return [g for g in groups.values() if g.questions], problems
 
 
 def _add_row(
@@ -139,7 +142,9 @@ def _add_row(
         if not document.strip():
             raise DecisionInputError("the first row of a group must carry the document",
                                      "document")
-        group = InputGroup(group_id, document, line)
+        # Registered before its question is checked: a malformed first row is skipped alone,
+        # and the group's later rows (which may leave the document empty) still join it.
+        group = groups[group_id] = InputGroup(group_id, document, line)
     elif document and document != group.document:
         raise DecisionInputError(
             f"document differs from the group's first row (line {group.line})", "document"
@@ -160,4 +165,3 @@ def _add_row(
     gold_text = cells.get("gold") or None
     gold = parse_gold(gold_text, schema, "gold") if gold_text is not None else None
     group.questions.append(ScoredQuestion(line, question, gold_text, gold))
-    groups.setdefault(group_id, group)

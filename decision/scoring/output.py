@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -88,8 +88,11 @@ class PredictionWriter:
 
     def __init__(self, path: Path, *, append: bool) -> None:
         self.path = path
-        fresh = not append or not path.exists() or path.stat().st_size == 0
-        self._file: IO[str] = path.open("w" if fresh else "a", encoding="utf-8", newline="")
+        try:
+            fresh = not append or not path.exists() or path.stat().st_size == 0
+            self._file: IO[str] = path.open("w" if fresh else "a", encoding="utf-8", newline="")
+        except OSError as exc:
+            raise DecisionInputError(f"{path}: cannot write: {exc.strerror}", "out") from None
         if fresh:
             self._file.write(_encode_rows([list(OUTPUT_COLUMNS)]))
             self._file.flush()
@@ -120,18 +123,35 @@ def read_predictions(path: Path) -> list[PredictionRow]:
         return [PredictionRow.from_cells(row) for row in reader]
 
 
-def recover(path: Path, expected_rows: Mapping[str, int]) -> set[str]:
+def recover(
+    path: Path, expected_rows: Mapping[str, int], modes: Collection[str] | None = None
+) -> set[str]:
     """Keep the complete groups of an interrupted predictions file; return their ids.
 
     A group is complete when its consecutive rows number ``expected_rows[group_id]``
     (questions x modes). The file is truncated just after the last complete group that
     precedes anything incomplete or unknown, which also discards a partial last line.
+    With ``modes`` (the run's modes), a file holding a row of another mode is refused
+    untouched: resuming it would mix modes or cut away the other mode's predictions.
     """
     if not path.exists():
         return set()
-    data = path.read_bytes()
+    foreign = DecisionInputError(
+        f"{path}: exists but is not a predictions file of this tool; refusing to resume "
+        "into it (remove it or choose another --out)",
+        "out",
+    )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DecisionInputError(f"{path}: cannot read: {exc.strerror}", "out") from None
     end = data.rfind(b"\n") + 1  # a last line without its newline was cut by the interruption
-    lines = data[:end].decode("utf-8").splitlines(keepends=True)
+    # Split at "\n" only (what the writer ends rows with): str.splitlines also splits at \x0c,
+    # \x1c-\x1e, \x85 and U+2028/9, which the csv writer leaves unquoted inside a cell.
+    try:
+        lines = [raw.decode("utf-8") + "\n" for raw in data[:end].split(b"\n")[:-1]]
+    except UnicodeDecodeError:
+        raise foreign from None
     if not lines:
         path.write_bytes(b"")
         return set()
@@ -141,11 +161,18 @@ def recover(path: Path, expected_rows: Mapping[str, int]) -> set[str]:
     reader = csv.reader(iter(lines))
     header = next(reader, None)
     if header is None or tuple(header) != OUTPUT_COLUMNS:
-        raise DecisionInputError(
-            f"{path}: exists but is not a predictions file of this tool; refusing to resume "
-            "into it (remove it or choose another --out)",
-            "out",
-        )
+        raise foreign
+    if modes is not None:
+        mode_at = OUTPUT_COLUMNS.index("mode")
+        other = {r[mode_at] for r in csv.reader(iter(lines[1:])) if len(r) == len(OUTPUT_COLUMNS)}
+        other -= set(modes)
+        if other:
+            raise DecisionInputError(
+                f"{path}: holds {', '.join(sorted(other))} predictions, and this run scores "
+                f"{', '.join(modes)}; refusing to resume into it (resume with the --mode it was "
+                "written with, or choose another --out)",
+                "out",
+            )
     keep = offsets[reader.line_num]  # end of the header
     done: set[str] = set()
     current: str | None = None

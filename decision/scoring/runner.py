@@ -72,7 +72,12 @@ def _rows(group: InputGroup, mode: str, decision: Any) -> list[PredictionRow]:
 
 
 def _decide_all(engine: ServiceEngine, prepared: list[Any]) -> list[Any]:
-    """One ``decide_many`` for the batch; on failure, one by one so only the culprit fails."""
+    """One ``decide_many`` for the batch; on failure, one by one so only the culprit fails.
+
+    A failed request's entry is its exception, whatever the batch size: a batch of one request
+    (``--batch-groups 1``, or a last batch of one group) skips its group as a larger one would,
+    rather than ending the run.
+    """
     if not prepared:
         return []
     try:
@@ -81,9 +86,9 @@ def _decide_all(engine: ServiceEngine, prepared: list[Any]) -> list[Any]:
             return results
     except (KeyboardInterrupt, SystemExit):
         raise
-    except Exception:  # noqa: BLE001 - isolate below
+    except Exception as exc:  # noqa: BLE001 - isolate below
         if len(prepared) == 1:
-            raise
+            return [exc]  # already decided alone: no need to try it again
     out: list[Any] = []
     for item in prepared:
         try:
@@ -113,6 +118,9 @@ def score_csv(
         raise DecisionInputError(f"mode must be one of {sorted(MODES)}, got {mode!r}", "mode")
     if batch_groups < 1:
         raise DecisionInputError("batch_groups must be at least 1", "batch_groups")
+    if out_path.resolve() == input_path.resolve():
+        # the writer would truncate the input it was scoring
+        raise DecisionInputError(f"{out_path}: the predictions would overwrite the input", "out")
     modes = MODES[mode]
     options = options or DecideOptions()
     stream = progress_stream if progress_stream is not None else sys.stderr
@@ -120,7 +128,7 @@ def score_csv(
     for problem in problems:
         print(f"{input_path}:{problem.line}: skipped: {problem.reason}", file=stream)
     expected = {g.group_id: len(g.questions) * len(modes) for g in groups}
-    done = recover(out_path, expected) if resume else set()
+    done = recover(out_path, expected, modes) if resume else set()
     todo = [g for g in groups if g.group_id not in done]
     bar = Progress(len(groups), done=len(done), stream=stream, enabled=show_progress)
     scored = 0
