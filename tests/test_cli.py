@@ -88,6 +88,11 @@ def test_decide_prints_the_json_answer(
          '"options": {"threshold": 2}}', "threshold"),
         ('[{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}, '
          '{"id": "a", "text": "R?", "answer": {"type": "boolean"}}]', "duplicate question id"),
+        # options that are not an object: a one-line message, not a TypeError traceback
+        ('{"questions": [{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}], '
+         '"options": [1, 2]}', "options must be an object"),
+        ('{"questions": [{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}], '
+         '"options": "fast"}', "options must be an object"),
     ],
 )
 def test_decide_bad_input_exits_2_with_a_message(
@@ -118,3 +123,16 @@ def test_decide_missing_files_and_checkpoint(
     assert main(["decide", "--document", str(document), "--questions", str(questions),
                  "--model", str(tmp_path / "no-model")]) == 2
     assert "cannot load the model" in capsys.readouterr().err
+
+
+def test_decide_questions_file_not_utf8_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = tmp_path / "doc.txt"
+    document.write_text("Some document.")
+    questions = tmp_path / "q.json"
+    questions.write_bytes(b"\xff\xfe[]")  # UTF-16 with its byte-order mark, say
+    assert main(["decide", "--document", str(document), "--questions", str(questions),
+                 "--model", str(tmp_path / "no-model")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read" in err and "q.json" in err

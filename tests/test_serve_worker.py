@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from decision.serve.metrics import ServiceMetrics
+from decision.serve.settings import ServeSettings
 from decision.serve.worker import (
     BatchWorker,
     QueueFullError,
@@ -158,3 +159,24 @@ def test_bad_settings_are_rejected() -> None:
         BatchWorker(RecordingEngine(), max_batch_size=0)
     with pytest.raises(ValueError, match="queue_size"):
         BatchWorker(RecordingEngine(), queue_size=0)
+    with pytest.raises(ValueError, match="max_wait_s"):
+        BatchWorker(RecordingEngine(), max_wait_s=float("inf"))
+    with pytest.raises(ValueError, match="max_wait_ms"):
+        ServeSettings(max_wait_ms=float("inf"))
+
+
+def test_a_very_long_max_wait_still_collects_and_decides() -> None:
+    # 1e10 s is past the longest timeout a lock takes: passed on as is, queue.get raised
+    # OverflowError in the worker thread, which died holding the first request.
+    engine = RecordingEngine()
+    worker = BatchWorker(engine, max_batch_size=2, max_wait_s=1e10, queue_size=8)
+    worker.start()
+    try:
+        first = worker.submit(1, timeout_s=10)
+        time.sleep(0.2)  # the worker holds request 1 and waits for a second one
+        second = worker.submit(2, timeout_s=10)
+        assert first.result(5) == 2 and second.result(5) == 4
+        assert worker.alive
+    finally:
+        worker.stop(timeout=2)
+    assert engine.batches == [[1, 2]]

@@ -46,7 +46,7 @@ def read_body(args: argparse.Namespace) -> Any:
         raise DecisionInputError(f"cannot read {args.document}: {exc}", "document") from None
     try:
         raw = json.loads(Path(args.questions).read_text(encoding="utf-8"))
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise DecisionInputError(f"cannot read {args.questions}: {exc}", "questions") from None
     except json.JSONDecodeError as exc:
         raise DecisionInputError(
@@ -55,7 +55,10 @@ def read_body(args: argparse.Namespace) -> Any:
     spec = {"questions": raw} if isinstance(raw, list) else raw
     if not isinstance(spec, dict):
         raise DecisionInputError(f"{args.questions}: expected a list or an object", "questions")
-    options = dict(spec.get("options") or {})
+    options = spec.get("options") or {}
+    if not isinstance(options, dict):
+        raise DecisionInputError(f"{args.questions}: options must be an object", "options")
+    options = dict(options)
     for key, value in (("threshold", args.threshold), ("max_steps", args.max_steps),
                        ("commit", args.commit)):
         if value is not None:

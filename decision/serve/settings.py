@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -27,7 +28,7 @@ class ServeSettings:
     def __post_init__(self) -> None:
         checks = {
             "max_batch_size": self.max_batch_size >= 1,
-            "max_wait_ms": self.max_wait_ms >= 0,
+            "max_wait_ms": math.isfinite(self.max_wait_ms) and self.max_wait_ms >= 0,
             "queue_size": self.queue_size >= 1,
             "request_timeout_s": self.request_timeout_s > 0,
             "max_body_bytes": self.max_body_bytes >= 1024,

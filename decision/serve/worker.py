@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import math
 import queue
 import threading
 import time
@@ -76,8 +77,10 @@ class BatchWorker:
             raise ValueError("max_batch_size must be at least 1")
         if queue_size < 1:
             raise ValueError("queue_size must be at least 1")
-        if max_wait_s < 0:
-            raise ValueError("max_wait_s must be >= 0")
+        if not (math.isfinite(max_wait_s) and max_wait_s >= 0):
+            # inf would reach queue.get as a timeout it cannot take (OverflowError), killing
+            # the worker thread with a request in hand; NaN is no wait at all
+            raise ValueError(f"max_wait_s must be a finite number >= 0, got {max_wait_s!r}")
         self.engine = engine
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
@@ -169,7 +172,8 @@ class BatchWorker:
                 # Past the wait, still take what is already queued: under load batches fill up
                 # without waiting at all.
                 if remaining > 0:
-                    item = self._queue.get(timeout=remaining)
+                    # a huge wait is capped at the longest timeout a lock takes (about 292 years)
+                    item = self._queue.get(timeout=min(remaining, threading.TIMEOUT_MAX))
                 else:
                     item = self._queue.get_nowait()
             except queue.Empty:
