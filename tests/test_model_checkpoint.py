@@ -186,3 +186,14 @@ def test_mtp_tensors_ignored_unknown_ones_warned(saved: Path, caplog) -> None:  
     with caplog.at_level(logging.WARNING, logger="decision.model.checkpoint"):
         decision.load_model(saved)
     assert "model.layers.0.weird.weight" in caplog.text and "mtp." not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("device", "words"),
+    [("banana", "not a torch device"), ("cuda", "CUDA GPU"), ("cuda:99", "CUDA GPU")],
+)
+def test_an_unusable_device_is_one_clear_error(saved: Path, device: str, words: str) -> None:
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(CheckpointError, match=words):
+        checkpoint.load_model(saved, device=device)

@@ -310,6 +310,22 @@ def _resolve_dtype(
     return dtype
 
 
+def usable_device(device: str | torch.device) -> torch.device:
+    """``device`` as a torch device, or a :class:`CheckpointError` saying why it cannot be used
+    (not a device name; CUDA asked for where torch has none or fewer GPUs)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise CheckpointError(f"{device!r} is not a torch device ({exc})") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise CheckpointError(f"device {device!r}: this torch sees no CUDA GPU")
+        if dev.index is not None and dev.index >= count:
+            raise CheckpointError(f"device {device!r}: this torch sees {count} CUDA GPU(s)")
+    return dev
+
+
 def load_model(
     path: str | Path | None = None, device: str | torch.device = "cpu",
     dtype: torch.dtype | str | None = "auto",
@@ -322,6 +338,7 @@ def load_model(
     Block-path parameters absent from the checkpoint keep their neutral initial values; their
     names are logged and kept in ``model.missing_block_params``.
     """
+    device = usable_device(device)
     if path is None:
         if not DEFAULT_MODEL_DIR.is_dir():
             raise CheckpointError(
