@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from apps.contracts import generate_group
-from apps.contracts.checker import CheckError, answer, check, classify_question, parse
+from apps.contracts.checker import CheckError, answer, check, classify_question, main, parse
+from apps.contracts.csv_format import CsvGroup, CsvQuestion, write_groups
 
 
 @pytest.mark.parametrize("level,n", [(1, 1500), (2, 2500)])
@@ -62,3 +64,18 @@ def test_checker_reports_what_it_cannot_read() -> None:
         classify_question("What colour is the front door?")
     with pytest.raises(CheckError):
         parse("SALES CONTRACT\n\nThe buyer pays $5.")
+
+
+def test_checker_cli_reports_unreadable_input_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing CSV, or a document the checker cannot read: exit 2 with one line, no traceback."""
+    assert main([str(tmp_path / "missing.csv")]) == 2
+    assert capsys.readouterr().err.startswith("error: cannot open ")
+    group = CsvGroup("g7", "SALES CONTRACT\n\nThe buyer pays $5.", [
+        CsvQuestion("q1", "What is the monthly rent under the Lease, in dollars?",
+                    {"type": "integer", "minimum": 0, "maximum": 10000}, 5)])
+    path = tmp_path / "sales.csv"
+    write_groups([group], path)
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: group g7: unknown agreement title") and err.count("\n") == 1

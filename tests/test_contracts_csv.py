@@ -76,6 +76,13 @@ def test_gold_column_is_optional(tmp_path: Path) -> None:
     assert read_groups(path)[0].questions[0].gold is None
 
 
+def test_a_byte_order_mark_before_the_header_is_ignored(tmp_path: Path) -> None:
+    """Spreadsheets' "CSV UTF-8" starts with U+FEFF, which must not stick to ``group_id``."""
+    path = _write(tmp_path / "in.csv", [["g", "Doc", "q1", "Yes?", "boolean", "{}", "true"]])
+    path.write_bytes("\ufeff".encode() + path.read_bytes())
+    assert read_groups(path)[0].questions[0].gold is True
+
+
 @pytest.mark.parametrize("rows,header,field", [
     ([["g", "D", "q1", "Q?", "boolean", "{}", "maybe"]], HEADER, "row 2.gold"),
     ([["g", "D", "q1", "Q?", "integer", '{"maximum": 5}', "6"]], HEADER, "row 2.gold"),
@@ -131,5 +138,37 @@ def test_document_starting_with_at_survives_the_round_trip(tmp_path: Path) -> No
     group = CsvGroup("g", "@home: a note\nsecond line", [
         CsvQuestion("q1", "Yes?", {"type": "boolean"}, True)])
     path = tmp_path / "at.csv"
+    write_groups([group], path)
+    assert read_groups(path) == [group]
+
+
+def test_generate_cli_refuses_a_range_that_spans_a_whole_split(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Both ends outside every split, the test split in between: refused, nothing generated."""
+    from apps.contracts import generate
+
+    def no_generation(*_: object) -> None:
+        raise AssertionError("generated groups for a range that spans the test split")
+
+    monkeypatch.setattr(generate, "generate_groups", no_generation)
+    out = tmp_path / "x.csv"
+    assert generate.main(["--seed-start", "10100000", "--groups", "10000001",
+                          "--out", str(out)]) == 2
+    assert "straddle" in capsys.readouterr().err and not out.exists()
+    assert generate.range_split(10_100_000, 10_200_000) is None  # outside every split: fine
+    assert generate.range_split(20_000_000, 20_099_999) == "test"
+    with pytest.raises(DecisionInputError):
+        generate.range_split(19_999_999, 20_000_000)  # none, then test
+
+
+def test_json_gold_round_trips_as_json(tmp_path: Path) -> None:
+    """A json answer's gold is written as JSON: a string keeps its quotes, "42" stays a string."""
+    answer = {"type": "json", "schema": {"type": "string"}}
+    group = CsvGroup("g", "doc", [CsvQuestion("q1", "Name?", answer, "abc"),
+                                  CsvQuestion("q2", "Code?", answer, "42"),
+                                  CsvQuestion("q3", "Data?", {"type": "json", "schema": {}},
+                                              {"a": [1, True]})])
+    path = tmp_path / "json.csv"
     write_groups([group], path)
     assert read_groups(path) == [group]

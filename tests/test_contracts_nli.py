@@ -87,3 +87,22 @@ def test_real_dev_set_converts_completely() -> None:
     got = Counter(q.gold for q in questions)
     assert got == {"entailed": expected["Entailment"], "contradicted": expected["Contradiction"],
                    "not mentioned": expected["NotMentioned"]}
+
+
+def test_a_malformed_document_is_one_clear_error(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown label or a document without annotations: exit 2 naming the document."""
+    labels = {"nda-1": {"hypothesis": "H1."}}
+    cases = {
+        "label": ({"id": 4, "text": "x", "annotation_sets": [{"annotations": {
+            "nda-1": {"choice": "Entailed", "spans": []}}}]}, "label 'Entailed' of nda-1"),
+        "annotations": ({"id": 5, "text": "x"}, "annotation_sets"),
+    }
+    for name, (document, message) in cases.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"documents": [document], "labels": labels}))
+        with pytest.raises(DecisionInputError, match=message) as info:
+            load_groups(path)
+        assert info.value.field == f"documents[0] (id {document['id']})"
+        assert main([str(path), "--out", str(tmp_path / "x.csv")]) == 2
+        assert f"documents[0] (id {document['id']})" in capsys.readouterr().err

@@ -310,21 +310,32 @@ def check(document: str, question: str) -> tuple[str, str | bool | int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Check every row of a batch-scoring CSV; print disagreements; exit 1 if any."""
+    """Check every row of a batch-scoring CSV; print disagreements; exit 1 if any.
+
+    A CSV that cannot be read, or a document or question the checker cannot read, exits 2 with
+    one line naming it (the group and question), as the other contracts CLIs do.
+    """
     from apps.contracts.csv_format import read_groups
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv", help="batch-scoring CSV with gold answers")
     args = parser.parse_args(argv)
     bad = total = 0
-    for group in read_groups(args.csv):
-        parsed = parse(group.document)
-        for q in group.questions:
-            total += 1
-            got = answer(parsed, classify_question(q.text))
-            if got != q.gold:
-                bad += 1
-                print(f"{group.group_id} {q.id}: gold {q.gold!r}, checker {got!r}")
+    where = ""  # the group (and question) being checked, for an error message
+    try:
+        for group in read_groups(args.csv):
+            where = f"group {group.group_id}"
+            parsed = parse(group.document)
+            for q in group.questions:
+                where = f"group {group.group_id}, question {q.id}"
+                total += 1
+                got = answer(parsed, classify_question(q.text))
+                if got != q.gold:
+                    bad += 1
+                    print(f"{group.group_id} {q.id}: gold {q.gold!r}, checker {got!r}")
+    except DecisionInputError as exc:
+        print(f"error: {where + ': ' if where else ''}{exc.message}", file=sys.stderr)
+        return 2
     print(f"{total - bad}/{total} gold answers agree with the checker")
     return 1 if bad else 0
 

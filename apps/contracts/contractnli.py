@@ -84,17 +84,35 @@ def load_groups(path: str | Path, per_group: int = MAX_QUESTIONS) -> list[NliGro
         raise DecisionInputError(f"{path}: not a ContractNLI JSON file ({exc})", "input") from exc
     order = sorted(labels, key=lambda key: int(re.sub(r"\D", "", key) or 0))
     groups: list[NliGroup] = []
-    for doc in documents:
-        annotations = doc["annotation_sets"][0]["annotations"]
-        questions = [
-            NliQuestion(key, question_text(labels[key]["hypothesis"]),
-                        LABELS[annotations[key]["choice"]])
-            for key in order
-            if key in annotations
-        ]
-        for i, chunk in enumerate(_chunks(questions, per_group)):
+    for index, doc in enumerate(documents):
+        for i, chunk in enumerate(_chunks(_document_questions(doc, index, labels, order),
+                                          per_group)):
             groups.append(NliGroup(f"{doc['id']}-{i + 1}", str(doc["id"]), doc["text"], chunk))
     return groups
+
+
+def _document_questions(doc: Any, index: int, labels: dict[str, Any],
+                        order: list[str]) -> list[NliQuestion]:
+    """One agreement's hypotheses with their labels; a malformed document (a missing key, a
+    label other than Entailment/Contradiction/NotMentioned) is one DecisionInputError naming it."""
+    where = f"documents[{index}]"
+    try:
+        where = f"documents[{index}] (id {doc['id']})"
+        if not isinstance(doc["text"], str):
+            raise TypeError("text is not a string")
+        annotations = doc["annotation_sets"][0]["annotations"]
+        questions = []
+        for key in (k for k in order if k in annotations):
+            choice = annotations[key]["choice"]
+            if choice not in LABELS:
+                raise DecisionInputError(f"{where}: label {choice!r} of {key} is not one of "
+                                         f"{', '.join(LABELS)}", where)
+            questions.append(NliQuestion(key, question_text(labels[key]["hypothesis"]),
+                                         LABELS[choice]))
+    except (KeyError, IndexError, TypeError) as exc:
+        raise DecisionInputError(f"{where}: not a ContractNLI document ({type(exc).__name__}: "
+                                 f"{exc})", where) from exc
+    return questions
 
 
 def write_csv(groups: list[NliGroup], out: str | Path) -> tuple[int, int]:

@@ -5,8 +5,9 @@ Header (exactly): ``group_id,document,question_id,question,answer_type,options,g
 - ``answer_type``: the answer schema's ``type`` (``choice``, ``boolean``, ``integer``, ...).
 - ``options``: JSON. For ``choice`` the list of options; for other types an object with the
   schema's remaining fields (``{"minimum": 0, "maximum": 500}``; ``{}`` for boolean).
-- ``gold``: the answer as text (choice: the option; boolean: ``true``/``false``; integer: decimal);
-  empty when unknown (an input to score without gold). The ``gold`` column may be left out.
+- ``gold``: the answer as text (choice: the option; boolean: ``true``/``false``; integer: decimal;
+  json: the value as JSON, a string with its quotes); empty when unknown (an input to score
+  without gold). The ``gold`` column may be left out.
 - ``document``: the document inline, or ``@relative/path.txt`` to read a file relative to the
   CSV's folder (``@@`` escapes a document that itself starts with ``@``). Rows after a group's
   first may leave it empty; a non-empty cell must repeat the same document.
@@ -75,10 +76,16 @@ def schema_to_cells(answer: dict[str, Any]) -> tuple[str, str]:
     return kind, json.dumps(rest)
 
 
-def gold_to_text(gold: Any) -> str:
-    """The gold cell: booleans as true/false, numbers in decimal, JSON values as JSON."""
+def gold_to_text(gold: Any, answer: dict[str, Any] | None = None) -> str:
+    """The gold cell: booleans as true/false, numbers in decimal, JSON values as JSON.
+
+    Under a ``json`` answer schema every value is written as JSON (a string gold ``"abc"`` as
+    ``"abc"`` with its quotes), since ``parse_gold`` reads that cell with ``json.loads``.
+    """
     if gold is None:
         return ""
+    if answer is not None and answer.get("type") == "json":
+        return json.dumps(gold)
     if isinstance(gold, bool):
         return "true" if gold else "false"
     if isinstance(gold, int | float | str):
@@ -97,7 +104,7 @@ def write_groups(groups: Iterable[GroupLike], path: str | Path) -> int:
             for q in group.questions:
                 answer_type, options = schema_to_cells(q.answer)
                 writer.writerow([group.group_id, document, q.id, q.text, answer_type, options,
-                                 gold_to_text(q.gold)])
+                                 gold_to_text(q.gold, q.answer)])
                 rows += 1
     return rows
 
@@ -183,7 +190,8 @@ def read_groups(path: str | Path) -> list[CsvGroup]:
     path = Path(path)
     groups: dict[str, CsvGroup] = {}
     try:
-        handle = open(path, newline="", encoding="utf-8")
+        # utf-8-sig: a spreadsheet's "CSV UTF-8" export starts with a byte-order mark
+        handle = open(path, newline="", encoding="utf-8-sig")
     except OSError as exc:
         raise DecisionInputError(f"cannot open {path}: {exc.strerror}", "path") from None
     with handle:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from apps.contracts.csv_format import write_groups
 from apps.contracts.generator import LEVELS, generate_groups
-from apps.contracts.splits import split_of
+from apps.contracts.splits import SPLITS, split_of
 from apps.contracts.types import Group
 from decision.errors import DecisionInputError
 
@@ -26,6 +26,21 @@ def _with_progress(groups: Iterator[Group], total: int, every: int) -> Iterator[
         if done % every == 0 or done == total:
             rate = done / max(time.monotonic() - start, 1e-9)
             print(f"  {done}/{total} groups ({rate:.0f}/s)", file=sys.stderr, flush=True)
+
+
+def range_split(first: int, last: int) -> str | None:
+    """The one split holding every seed of ``first..last`` (None: the range is outside all).
+
+    Raises DecisionInputError when the range touches two splits, or a split and seeds outside
+    every split (e.g. a range starting and ending outside the splits but spanning one).
+    """
+    split = split_of(first)
+    touched = [s.name for s in SPLITS.values() if first < s.stop and last >= s.start]
+    if touched != ([split] if split else []) or split_of(last) != split:
+        names = " and ".join(dict.fromkeys([split or "none", *touched, split_of(last) or "none"]))
+        raise DecisionInputError(f"seeds {first}..{last} straddle splits ({names}); keep a file "
+                                 "inside one split", "groups")
+    return split
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,10 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.seed_start < 0:
             raise DecisionInputError("--seed-start must be >= 0", "seed_start")
         first, last = args.seed_start, args.seed_start + args.groups - 1
-        split = split_of(first)
-        if split != split_of(last):
-            raise DecisionInputError(f"seeds {first}..{last} straddle splits ({split} and "
-                                     f"{split_of(last)}); keep a file inside one split", "groups")
+        split = range_split(first, last)
         print(f"seeds {first}..{last} (split: {split or 'none'}), level {args.level}",
               file=sys.stderr)
         groups = generate_groups(first, args.groups, args.level)

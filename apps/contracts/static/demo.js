@@ -238,9 +238,11 @@ function currentExample() {
 }
 
 // The example's expected answers apply only while its document and question are unchanged.
+// No prototype: a question id such as "constructor" or "toString" must not find an inherited
+// member and show it as what the text says.
 function expectedFor(request) {
   const example = currentExample();
-  const expected = {};
+  const expected = Object.create(null);
   if (!example || request.document !== example.document) return expected;
   for (const q of request.questions) {
     const original = example.questions.find((o) => o.id === q.id);
