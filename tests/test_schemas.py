@@ -210,3 +210,65 @@ def test_oversized_choice_slot_refused(ctx) -> None:
     with pytest.raises(SchemaError) as err:
         compile_answer(ChoiceAnswer(options=["x" + "7" * 300]), ctx, "q")
     assert "at most 256" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("schema", "field"),
+    [
+        # not silently unenforced: outlines-core ignores bounds that are not JSON integers
+        ({"type": "string", "maxLength": 2.0}, "q.schema.maxLength"),
+        ({"type": "string", "maxLength": "3"}, "q.schema.maxLength"),
+        ({"type": "string", "minLength": -1}, "q.schema.minLength"),
+        ({"type": "array", "items": {"type": "null"}, "maxItems": True}, "q.schema.maxItems"),
+        ({"type": "array", "items": {"type": "null"}, "minItems": 3, "maxItems": 1},
+         "q.schema.minItems"),
+        ({"type": "object", "properties": {"a": {"type": "string", "minLength": 2,
+                                                 "maxLength": 1}}},
+         "q.schema.properties.a.minLength"),
+        # a type list is JSON Schema, not our subset: an error, not a TypeError
+        ({"type": ["string", "null"]}, "q.schema.type"),
+        ({"type": "object", "properties": {"a": {"type": "null"}}, "required": [["a"]]},
+         "q.schema.required"),
+        # the regex is the enum alone: a type or const beside it must agree, not be ignored
+        ({"type": "string", "enum": ["a", 1]}, "q.schema.type"),
+        ({"type": "integer", "const": True}, "q.schema.type"),
+        ({"enum": [1, 2], "const": 3}, "q.schema"),
+    ],
+)
+def test_json_schema_errors_name_the_keyword(ctx, schema, field) -> None:
+    with pytest.raises(SchemaError) as err:
+        compile_answer(JsonAnswer(schema=schema), ctx, "q")
+    assert err.value.field == field and err.value.message
+
+
+def test_json_enum_with_its_type_accepted(ctx) -> None:
+    automaton = compile_answer(JsonAnswer(schema={"type": "string", "enum": ["a", "b"]}), ctx)
+    ids = [ctx.by_bytes[bytes([b])][0] for b in b'"a"']
+    assert _accepts(automaton, ids + [ctx.special.eos])
+
+
+def test_json_bounds_still_enforced(ctx) -> None:
+    automaton = compile_answer(JsonAnswer(schema={"type": "string", "maxLength": 1}), ctx)
+    ids = [ctx.by_bytes[bytes([b])][0] for b in b'"ab"']
+    assert not _accepts(automaton, ids + [ctx.special.eos] * 4)
+    assert _accepts(automaton, ids[:2] + ids[3:] + [ctx.special.eos] * 4)
+
+
+@pytest.mark.parametrize("regex", ["(yes|no)?", "[0-9]*", "()", "a{0,2}", "x|"])
+def test_patterns_matching_the_empty_string(ctx, regex: str) -> None:
+    # outlines-core refuses an end-anchored regex that matches the empty string
+    automaton = compile_answer(PatternAnswer(regex=regex, max_tokens=3), ctx)
+    eos = ctx.special.eos
+    assert _accepts(automaton, [eos] * 3)  # the empty answer
+    for text in ("yes", "no", "0", "42", "a", "aa", "x", "b", "aaa", "yesno"):
+        ids = [ctx.by_bytes[bytes([b])][0] for b in text.encode()]
+        assert _accepts(automaton, ids + [eos]) == (re.fullmatch(regex, text) is not None), text
+
+
+def test_choice_options_read_as_text(ctx) -> None:
+    # "[EOS]" and "<a1>" are answers' text, not the special tokens the tokenizer would read
+    answer = ChoiceAnswer(options=["[EOS]", "<a1>"])
+    automaton = compile_answer(answer, ctx, "q")
+    assert automaton.budget == max(len(ctx.canonical_ids(o)) for o in answer.options()) > 1
+    assert ctx.special.eos not in ctx.canonical_ids("[EOS]")
+    assert ctx.text(ctx.canonical_ids("<a1>")) == "<a1>"

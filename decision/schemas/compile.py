@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -19,13 +20,21 @@ from outlines_core import Index, Vocabulary
 from tokenizers import Tokenizer
 
 from decision.errors import SchemaError
-from decision.schemas.models import MAX_SLOT_TOKENS, PatternAnswer, Question, _Answer
+from decision.schemas.json_subset import json_regex
+from decision.schemas.models import (
+    MAX_SLOT_TOKENS,
+    JsonAnswer,
+    PatternAnswer,
+    Question,
+    _Answer,
+)
 from decision.schemas.regex_guard import check_regex
 from decision.tokenizer import SpecialIds, build_vocabulary, special_ids, token_bytes
 
 MAX_STATES = 50_000
 MAX_EDGES = 2_000_000
 COMPILE_TIMEOUT_S = 10.0
+SENTINEL = b"\x01"  # read before a regex that matches the empty string (_index_transitions)
 _CACHE_SIZE = 512
 
 
@@ -57,10 +66,16 @@ class TokenizerContext:
     fingerprint: str
     vocab_size: int
     max_piece: int = field(default=1)
+    plain: Tokenizer | None = None  # a copy that reads special-token text as ordinary text
+
+    def canonical_ids(self, text: str) -> list[int]:
+        """``text`` in the tokenizer's own (canonical) encoding, as an answer: text such as
+        ``[EOS]`` or ``<a1>`` is its bytes' tokens, never a special token (answers hold none)."""
+        return (self.plain or self.tokenizer).encode(text, add_special_tokens=False).ids
 
     def count_tokens(self, text: str) -> int:
-        """Tokens of ``text`` in the tokenizer's own (canonical) encoding."""
-        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        """Tokens of ``text`` in its canonical encoding (``canonical_ids``)."""
+        return len(self.canonical_ids(text))
 
     def text(self, ids: list[int]) -> str:
         """The text of answer token ids (``[EOS]`` padding dropped)."""
@@ -84,42 +99,76 @@ def tokenizer_context(tokenizer: Tokenizer) -> TokenizerContext:
     for token_id, data in enumerate(pieces):
         if data:
             by_bytes.setdefault(data, []).append(token_id)
+    serialized = tokenizer.to_str()
+    plain = Tokenizer.from_str(serialized)
+    plain.encode_special_tokens = True
     ctx = TokenizerContext(
         tokenizer=tokenizer,
         special=special_ids(tokenizer),
         vocabulary=build_vocabulary(tokenizer),
         pieces=pieces,
         by_bytes=by_bytes,
-        fingerprint=hashlib.sha1(tokenizer.to_str().encode()).hexdigest(),
+        fingerprint=hashlib.sha1(serialized.encode()).hexdigest(),
         vocab_size=len(pieces),
         max_piece=max(len(p) for p in by_bytes),
+        plain=plain,
     )
     with _lock:
         _contexts[id(tokenizer)] = (tokenizer, ctx)
     return ctx
 
 
-def _index_transitions(regex: str, vocabulary: Vocabulary) -> tuple[int, dict, set[int]]:
+def _matches_empty(regex: str) -> bool:
+    """Whether ``regex`` matches the empty string (Python's ``re``; False when it cannot tell)."""
+    try:
+        return re.fullmatch(regex, "") is not None
+    except (re.error, RecursionError, OverflowError):
+        return False
+
+
+def _index_transitions(
+    regex: str, vocabulary: Vocabulary, sentinel: int | None = None
+) -> tuple[int, dict, set[int]]:
+    """outlines-core's initial state, transitions and final states of ``regex``, full-matched.
+
+    ``sentinel``: the id of the one-byte token ``SENTINEL`` (needed for a regex that matches the
+    empty string, see below).
+    """
     # outlines-core determinises with leftmost-first semantics: in ``a|ab`` it stops after ``a``.
     # An end anchor makes the DFA keep every alternative alive, i.e. full-match semantics.
-    index = Index(f"(?:{regex})$", vocabulary)
+    try:
+        index = Index(f"(?:{regex})$", vocabulary)
+    except Exception:
+        if sentinel is None or not _matches_empty(regex):
+            raise
+        # outlines-core refuses an anchored regex whose start state already matches ("anchored
+        # universal start state doesn't exist"): read a sentinel byte first, start after it.
+        index = Index(f"\\x{SENTINEL[0]:02x}(?:{regex})$", vocabulary)
+        transitions = index.get_transitions()
+        start = transitions[index.get_initial_state()][sentinel]
+        return start, transitions, set(index.get_final_states())
     return index.get_initial_state(), index.get_transitions(), set(index.get_final_states())
 
 
-def _child(conn, regex: str, vocabulary: Vocabulary) -> None:  # pragma: no cover - subprocess
+def _child(
+    conn, regex: str, vocabulary: Vocabulary, sentinel: int | None
+) -> None:  # pragma: no cover - subprocess
     try:
-        conn.send(("ok", _index_transitions(regex, vocabulary)))
+        conn.send(("ok", _index_transitions(regex, vocabulary, sentinel)))
     except BaseException as exc:  # report every failure to the parent
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
 
 
-def _guarded_transitions(regex: str, vocabulary: Vocabulary, field_name: str, timeout: float):
+def _guarded_transitions(
+    regex: str, vocabulary: Vocabulary, field_name: str, timeout: float,
+    sentinel: int | None = None,
+):
     """Build the outlines-core index in a forked child that is killed after ``timeout`` s."""
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, regex, vocabulary), daemon=True)
+    proc = ctx.Process(target=_child, args=(child, regex, vocabulary, sentinel), daemon=True)
     proc.start()
     child.close()
     try:
@@ -159,6 +208,13 @@ def _with_done(
 def _to_automaton(
     initial: int, transitions: dict, finals: set[int], eos: int, budget: int, field_name: str
 ) -> TokenAutomaton:
+    reachable, todo = {initial}, [initial]
+    while todo:  # states before a sentinel (see _index_transitions) are left out
+        for nxt in transitions.get(todo.pop(), {}).values():
+            if nxt not in reachable:
+                reachable.add(nxt)
+                todo.append(nxt)
+    transitions = {s: targets for s, targets in transitions.items() if s in reachable}
     states = {initial: 0}
     for state in transitions:
         states.setdefault(state, len(states))
@@ -196,13 +252,14 @@ def compile_regex(
     timeout: float = COMPILE_TIMEOUT_S,
 ) -> TokenAutomaton:
     """Token automaton of ``regex`` (``guarded``: in a child process with a time limit)."""
+    sentinel = ctx.by_bytes.get(SENTINEL, [None])[0]
     if guarded:
         initial, transitions, finals = _guarded_transitions(
-            regex, ctx.vocabulary, field_name, timeout
+            regex, ctx.vocabulary, field_name, timeout, sentinel
         )
     else:
         try:
-            initial, transitions, finals = _index_transitions(regex, ctx.vocabulary)
+            initial, transitions, finals = _index_transitions(regex, ctx.vocabulary, sentinel)
         except Exception as exc:
             raise SchemaError(f"regex not supported by outlines-core: {exc}", field_name) from exc
     if not finals:
@@ -282,7 +339,10 @@ def compile_answer(
         if hit is not None:
             _automata.move_to_end(key)
             return hit
-    regex = answer.regex()
+    if isinstance(answer, JsonAnswer):  # its schema errors name the question's field
+        regex = json_regex(answer.json_schema, f"{field_name}.schema")
+    else:
+        regex = answer.regex()
     user_regex = isinstance(answer, PatternAnswer)
     if user_regex:
         check_regex(regex, f"{field_name}.regex")

@@ -33,6 +33,8 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
     "null": (type(None),),
 }
 MAX_DEPTH = 4
+# bounds outlines-core reads only when they are JSON integers (other values it silently ignores)
+_BOUNDS = (("minItems", "maxItems"), ("minLength", "maxLength"))
 
 
 def check_schema(schema: Any, field: str, depth: int = 0) -> None:
@@ -48,9 +50,17 @@ def check_schema(schema: Any, field: str, depth: int = 0) -> None:
         extra = set(schema) - _ANNOTATIONS - {"enum", "const", "type"}
         if extra:
             raise SchemaError(f"unsupported keyword(s) beside enum: {sorted(extra)}", field)
+        # the regex is the enum alone: a const or type beside it would go unenforced
+        if "enum" in schema and "const" in schema:
+            raise SchemaError("give enum or const, not both", field)
+        if "type" in schema and not all(_of_type(v, schema["type"]) for v in values):
+            raise SchemaError(
+                f"every enum/const value must be of the schema's type {schema['type']!r}",
+                f"{field}.type",
+            )
         return
     kind = schema.get("type")
-    if kind not in _BY_TYPE:
+    if not isinstance(kind, str) or kind not in _BY_TYPE:
         raise SchemaError(
             f"unsupported or missing type {kind!r}; use one of {sorted(_BY_TYPE)} or enum/const",
             f"{field}.type",
@@ -62,6 +72,7 @@ def check_schema(schema: Any, field: str, depth: int = 0) -> None:
             "use an integer question for ranges, a pattern question for regexes",
             field,
         )
+    _check_bounds(schema, field)
     if kind == "object":
         properties = schema.get("properties")
         if not isinstance(properties, dict) or not properties:
@@ -69,7 +80,9 @@ def check_schema(schema: Any, field: str, depth: int = 0) -> None:
         if schema.get("additionalProperties", False) is not False:
             raise SchemaError("only additionalProperties: false is supported", field)
         required = schema.get("required", [])
-        if not isinstance(required, list) or not set(required) <= set(properties):
+        if not isinstance(required, list) or not all(
+            isinstance(name, str) and name in properties for name in required
+        ):
             raise SchemaError("'required' must list defined properties", f"{field}.required")
         for name, sub in properties.items():
             check_schema(sub, f"{field}.properties.{name}", depth + 1)
@@ -77,6 +90,35 @@ def check_schema(schema: Any, field: str, depth: int = 0) -> None:
         if "items" not in schema:
             raise SchemaError("arrays need 'items'", f"{field}.items")
         check_schema(schema["items"], f"{field}.items", depth + 1)
+
+
+def _of_type(value: Any, kind: Any) -> bool:
+    """Whether the JSON value ``value`` is of the JSON type named ``kind``."""
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "array":
+        return isinstance(value, list)
+    if not isinstance(kind, str) or kind not in _PY_TYPES:
+        return False
+    if isinstance(value, bool) and kind != "boolean":
+        return False
+    return isinstance(value, _PY_TYPES[kind])
+
+
+def _check_bounds(schema: dict[str, Any], field: str) -> None:
+    """Raise ``SchemaError`` unless every length/item bound is a non-negative integer and each
+    minimum is at most its maximum (outlines-core ignores other values without a word)."""
+    for pair in _BOUNDS:
+        for name in pair:
+            value = schema.get(name)
+            if name in schema and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise SchemaError(f"{name} must be a non-negative integer, got {value!r}",
+                                  f"{field}.{name}")
+        low, high = (schema.get(name) for name in pair)
+        if low is not None and high is not None and low > high:
+            raise SchemaError(f"{pair[0]} {low} is above {pair[1]} {high}", f"{field}.{pair[0]}")
 
 
 def json_regex(schema: dict[str, Any], field: str = "answer.schema") -> str:
