@@ -209,6 +209,20 @@ def test_pydantic_questions_accepted(model) -> None:
         ({"threshold": float("nan")}, "threshold"),
         ({"max_steps": 0}, "max_steps"),
         ({"commit": "slot"}, "commit"),
+        # a pydantic error of a flag, not a pydantic ValidationError
+        ({"return_probabilities": "maybe"}, "return_probabilities"),
+        ({"score_options": None}, "score_options"),
+        # a check of the whole answer: its field, without pydantic's union tag ("...integer")
+        ({"questions": [{"id": "x", "text": "t",
+                         "answer": {"type": "integer", "minimum": 5, "maximum": 1}}]},
+         "questions.0.answer"),
+        # JSON schema errors name the question, as pattern errors do
+        ({"questions": [QUESTIONS[0], {"id": "x", "text": "t", "answer": {
+            "type": "json", "schema": {"type": ["string", "null"]}}}]},
+         "questions.1.answer.schema.type"),
+        ({"questions": [{"id": "x", "text": "t", "answer": {
+            "type": "json", "schema": {"type": "string", "maxLength": 2.0}}}]},
+         "questions.0.answer.schema.maxLength"),
     ],
 )
 def test_bad_input(model, kwargs, field) -> None:
@@ -232,6 +246,30 @@ def test_unknown_request_field_named(model) -> None:
     with pytest.raises(DecisionInputError) as err:
         decide_many(model, [{"document": DOC, "questions": QUESTIONS, "treshold": 0.5}])
     assert err.value.field == "treshold"
+
+
+def test_request_of_another_type_named(model) -> None:
+    request = {"document": DOC, "questions": QUESTIONS}
+    with pytest.raises(DecisionInputError) as err:
+        decide_many(model, [request, "not a request"])
+    assert err.value.field == "requests.1" and "str" in err.value.message
+
+
+def test_pattern_matching_the_empty_string_decodes(model) -> None:
+    # outlines-core refuses an end-anchored regex whose start state matches; an empty answer
+    # is a slot of [EOS] padding
+    questions = [
+        {"id": "opt", "text": "Which, if any?",
+         "answer": {"type": "pattern", "regex": "(yes|no)?", "max_tokens": 2}},
+        {"id": "none", "text": "Nothing?", "answer": {"type": "pattern", "regex": "()"}},
+        {"id": "word", "text": "Word?",
+         "answer": {"type": "pattern", "regex": "[a-z]*", "max_tokens": 3}},
+    ]
+    for commit in ("answer", "token"):
+        d = decide(model, DOC, questions, threshold=1.0, commit=commit)
+        opt, none, word = d.answers
+        assert opt.value in {"", "yes", "no"} and none.value == ""
+        assert word.value == "" or word.value.isalpha()
 
 
 def test_document_too_long() -> None:
@@ -265,3 +303,14 @@ def test_custom_sampler_plugs_in(model) -> None:
     assert d.steps == _slot_tokens(model, QUESTIONS)
     assert d.answers[0].value in {"tenant", "landlord", "not stated"}
     assert 0 <= d.answers[2].value <= 120
+
+
+def test_options_spelling_special_tokens(model) -> None:
+    # option texts such as "[EOS]" or "<a1>" are text: their slot holds their bytes' tokens
+    questions = [{"id": "tag", "text": "Which tag?",
+                  "answer": {"type": "choice", "options": ["[EOS]", "<a1>", "none"]}}]
+    for score in (False, True):
+        d = decide(model, DOC, questions, return_probabilities=True, score_options=score)
+        answer = d.answers[0]
+        assert answer.value in {"[EOS]", "<a1>", "none"} and answer.text == answer.value
+        assert sum(answer.option_probabilities.values()) == pytest.approx(1.0, abs=1e-5)

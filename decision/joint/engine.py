@@ -117,7 +117,8 @@ def decide(
     first, with those slots masked, and the options are scored given their answers, in rounds
     that fix the surest first (docs/decoding.md, "Option scoring").
     """
-    request = DecisionRequest(
+    # a dict, so that a malformed argument is a DecisionInputError naming it (see _validate)
+    request = dict(
         document=document, questions=questions, mode=mode, threshold=threshold,
         max_steps=max_steps, return_probabilities=return_probabilities, commit=commit,
         score_options=score_options,
@@ -178,6 +179,11 @@ def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str)
             error = exc.errors()[0]
             loc = ".".join(str(p) for p in error["loc"])
             raise DecisionInputError(f"invalid request: {error['msg']}", where + loc) from None
+    if not isinstance(raw, DecisionRequest):
+        raise DecisionInputError(
+            f"a request must be a DecisionRequest or a dict, got {type(raw).__name__}",
+            where.rstrip(".") or "requests",
+        )
     mode = raw.mode
     if mode not in MODES:
         raise DecisionInputError(f"mode must be one of {list(MODES)}, got {mode!r}", where + "mode")
@@ -249,9 +255,10 @@ def _questions(raw: Any, mode: str, where: str) -> list[Question]:
         except ValidationError as exc:
             error = exc.errors()[0]
             loc = [str(p) for p in error["loc"]]
-            # drop the union tag pydantic inserts after "answer" (answer.choice.options)
+            # drop the union tag pydantic inserts after "answer" (answer.choice.options, and
+            # answer.integer for a check of the whole answer)
             if len(loc) > 1 and loc[0] == "answer":
-                loc = [loc[0], *loc[2:]] if len(loc) > 2 else loc
+                loc = [loc[0], *loc[2:]]
             raise DecisionInputError(
                 f"question {i}: {error['msg']}", ".".join([f"{field}.{i}", *loc])
             ) from None
@@ -511,7 +518,7 @@ def _score(
 
 def _canonical(ctx: TokenizerContext, option: str, length: int) -> tuple[int, ...]:
     """``option`` in the tokenizer's own encoding, ``[EOS]``-padded to ``length`` tokens."""
-    ids = ctx.tokenizer.encode(option, add_special_tokens=False).ids
+    ids = ctx.canonical_ids(option)
     return (*ids, *[ctx.special.eos] * (length - len(ids)))
 
 
