@@ -197,6 +197,11 @@ def test_pydantic_questions_accepted(model) -> None:
         ({"document": ""}, "document"),
         ({"document": "   "}, "document"),
         ({"document": None}, "document"),
+        # JSON's "\ud800" decodes to a lone surrogate, which the tokenizer cannot read
+        ({"document": "lease \ud800"}, "document"),
+        ({"questions": [{"id": "x", "text": "t",
+                         "answer": {"type": "choice", "options": ["a", "\ud800"]}}]},
+         "questions.0.answer.options"),
         ({"questions": [QUESTIONS[0], QUESTIONS[0]]}, "questions.1.id"),
         ({"questions": [{"id": "x", "text": "t", "answer": {"type": "choice", "options": []}}]},
          "questions.0.answer.options"),

@@ -37,7 +37,7 @@ from decision.schemas.compile import (
     literal_automaton,
     tokenizer_context,
 )
-from decision.schemas.models import Question
+from decision.schemas.models import Question, is_unicode_text
 from decision.tokenizer import MAX_QUESTIONS
 
 MODES = ("joint", "standalone", "auto")
@@ -212,6 +212,9 @@ def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str)
     document = raw.document
     if not isinstance(document, str) or not document.strip():
         raise DecisionInputError("document must be a non-empty string", where + "document")
+    if not is_unicode_text(document):
+        raise DecisionInputError("document must be Unicode text (it holds a lone surrogate)",
+                                 where + "document")
     questions = _questions(raw.questions, mode, where)
     automata = [compile_question(q, ctx, f"{where}questions.{i}") for i, q in enumerate(questions)]
     score_options = bool(raw.score_options)

@@ -53,6 +53,16 @@ class _Answer(BaseModel):
         return None
 
 
+def is_unicode_text(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 encoding, i.e. no lone surrogate (JSON's ``"\\ud800"``
+    decodes to one), which the tokenizer cannot read."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class ChoiceAnswer(_Answer):
     """One of 1..256 distinct, non-empty option strings."""
 
@@ -64,6 +74,8 @@ class ChoiceAnswer(_Answer):
     def _distinct(cls, options: list[str]) -> list[str]:
         if any(not option for option in options):
             raise ValueError("options must be non-empty strings")
+        if not all(is_unicode_text(option) for option in options):
+            raise ValueError("options must be Unicode text (one holds a lone surrogate)")
         if len(set(options)) != len(options):
             raise ValueError("options must be distinct")
         return options
