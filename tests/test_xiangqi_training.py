@@ -271,3 +271,21 @@ def test_init_from_trains_on_from_a_saved_player(tiny: Any, tmp_path: Path) -> N
     moved = [n for n, p in trained.named_parameters()
              if not torch.allclose(p, before[n].to(torch.bfloat16).float())]
     assert moved  # the two steps changed the weights it started from
+
+
+def test_baselines_need_no_model_and_are_written_with_out(tmp_path: Path) -> None:
+    """``agreement --baselines`` scores the uniform and greedy movers alone: no model is loaded
+    (the path given does not exist), and ``--out`` gets the same JSON that is printed."""
+    from apps.xiangqi.evaluate import main as evaluate_main
+
+    out = tmp_path / "baselines.json"
+    assert evaluate_main(["--model", str(tmp_path / "no-model"), "--out", str(out),
+                          "agreement", "--valid-games", str(VALID), "--positions", "5",
+                          "--baselines"]) == 0
+    written = json.loads(out.read_text())["baselines"]
+    assert written["positions"] == 5 and 0 <= written["greedy_top1"] <= 1
+    after = tmp_path / "after.json"  # --out may also follow the subcommand
+    assert evaluate_main(["--model", str(tmp_path / "no-model"), "agreement", "--valid-games",
+                          str(VALID), "--positions", "5", "--baselines", "--out",
+                          str(after)]) == 0
+    assert json.loads(after.read_text()) == json.loads(out.read_text())

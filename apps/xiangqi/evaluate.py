@@ -440,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     keys.add_argument("--keys-cache", default="runs/xiangqi-train-keys.npy")
     mat = sub.add_parser("match")
     mat.add_argument("--opponent", choices=("random", "greedy"), required=True)
+    for command in (agr, mat):  # --out also after the subcommand (SUPPRESS: no default there)
+        command.add_argument("--out", default=argparse.SUPPRESS,
+                             help="write the result as JSON here")
     mat.add_argument("--games", type=int, default=100)
     mat.add_argument("--max-plies", type=int, default=150)
     mat.add_argument("--seed", type=int, default=0)
@@ -455,13 +458,17 @@ def main(argv: list[str] | None = None) -> int:
         keys = cached_training_keys(args.train_games, args.keys_cache)
         print(f"{len(keys)} distinct training positions in {args.keys_cache}")
         return 0
+    if args.command == "agreement" and args.baselines:  # no model needed
+        baselines = {"baselines": baseline_agreement(load_games(args.valid_games),
+                                                     args.positions, args.seed)}
+        print(json.dumps(baselines))
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(baselines, indent=2) + "\n")
+        return 0
     model = _load(args.model, args.device)
     if args.command == "agreement":
         sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
-        if args.baselines:
-            games = load_games(args.valid_games)
-            print(json.dumps({"baselines": baseline_agreement(games, args.positions, args.seed)}))
-            return 0
         seen = cached_training_keys(args.train_games, args.keys_cache)
         search = SearchConfig(depth=args.search_depth) if args.search_depth else None
         result: Any = agreement(model, sample, seen, args.batch_size, search, args.margin,
