@@ -1,7 +1,7 @@
-"""Reading the recorded games of the Chinese Chess Practical Dataset (shared/data/xiangqi).
+"""Reading the recorded games of the Chinese Chess Practical Dataset (../shared/data/xiangqi).
 
 One game per line of a gzip JSON-lines file: ``game``, ``category``, ``result``, ``start_fen``
-(Pikafish FEN) and ``moves`` (ICCS). See shared/data/README.md; the data is CC BY 4.0,
+(Pikafish FEN) and ``moves`` (ICCS). See ../shared/data/README.md; the data is CC BY 4.0,
 (c) 2026 Yu-Han Tseng.
 """
 
@@ -18,7 +18,7 @@ from apps.xiangqi.errors import InvalidFen
 
 
 def data_dir(repo_root: str | Path) -> Path:
-    """Where the shared data lives: ``shared/data`` beside the repository checkout."""
+    """Where the shared data lives: ``shared/data`` beside the repository checkout (``../shared/data``)."""
     return Path(repo_root).resolve().parent / "shared" / "data"
 
 

@@ -27,7 +27,7 @@ class Decision(BaseModel):
     mode: str  # "joint", "standalone", or "joint+standalone" (auto with fallbacks)
     steps: int  # denoising forwards this request took part in
     tokens_per_forward: float  # slot tokens decoded / steps
-    timings: dict[str, float]  # ms: prefill, denoise, constraint, total
+    timings: dict[str, float]  # ms: prefill, denoise, sampler, constraint, total
 
     def by_id(self) -> dict[str, Answer]:
         return {a.id: a for a in self.answers}
