@@ -18,7 +18,7 @@ from apps.xiangqi.errors import InvalidFen
 
 
 def data_dir(repo_root: str | Path) -> Path:
-    """Where the shared data lives: ``shared/data`` beside the repository checkout (``../shared/data``)."""
+    """Where the shared data lives: ``../shared/data``, beside the repository checkout."""
     return Path(repo_root).resolve().parent / "shared" / "data"
 
 
