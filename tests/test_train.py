@@ -450,3 +450,161 @@ def test_resume_inside_a_length_window_continues_exactly(tmp_path: Path) -> None
     part2 = train(tiny_config(tmp_path / "split", max_steps=12, length_window=5), resume=True)
     assert part2.loop.step == 12
     assert part2.loop.losses == pytest.approx(full.loop.losses[7:], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize(("section", "key", "value", "field"), [
+    ("model", "hidden_sise", 32, "model.hidden_sise"),  # a typo: was a TypeError after the BPE
+    ("model", "num_hidden_layers", 3, "model"),  # 3 layers, 2 layer_types
+    ("optim", "betas", 0.9, "optim.betas"),  # was a TypeError traceback
+    ("optim", "betas", [0.9], "optim.betas"),
+    ("optim", "betas", [1.5, 0.9], "optim.betas"),
+    ("data", "focus_qtypes", "notice_days", "data.focus_qtypes"),  # was split into letters
+    ("optim", "grad_clip", -1.0, "optim.grad_clip"),  # flips every gradient: ascent
+    ("optim", "grad_clip", 0.0, "optim.grad_clip"),  # zeroes every gradient
+    ("optim", "min_lr_ratio", 5.0, "optim.min_lr_ratio"),
+    ("optim", "weight_decay", -0.1, "optim"),
+    ("optim", "warmup_steps", -5, "optim"),
+    ("run", "threads", 0, "run.threads"),  # was a RuntimeError from torch
+    ("run", "max_minutes", -1.0, "run"),
+    ("run", "checkpoint_minutes", -1.0, "run"),
+    ("data", "level1_final_share", 3.0, "data"),
+    ("data", "val_groups", 0, "data.val_groups"),
+    ("data", "task", "contrcts", "data.task"),
+])
+def test_config_refuses_nonsense_values(section: str, key: str, value: object, field: str) -> None:
+    raw = json.loads(TINY.read_text())
+    raw[section][key] = value
+    with pytest.raises(DecisionInputError) as err:
+        config_from_dict(raw)
+    assert err.value.field == field
+
+
+def test_config_list_values_keep_their_meaning() -> None:
+    raw = json.loads(TINY.read_text())
+    raw["optim"]["betas"] = [0, 0.99]
+    raw["data"].update(focus_qtypes=["notice_days"], p_focus=0.1)
+    cfg = config_from_dict(raw)
+    assert cfg.optim.betas == (0.0, 0.99) and cfg.data.focus_qtypes == ("notice_days",)
+
+
+def test_command_line_config_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from decision.train.cli import main
+
+    raw = json.loads(TINY.read_text())
+    raw["run"]["threads"] = 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(raw))
+    out = str(tmp_path / "run")
+    assert main(["--config", str(bad), "--out-dir", out]) == 2
+    assert capsys.readouterr().err.strip() == "error: run.threads must be >= 1"
+    assert main(["--config", str(TINY), "--out-dir", out, "--max-minutes", "-1"]) == 2
+    assert "--max-minutes must be >= 0" in capsys.readouterr().err
+    xiangqi = json.loads(TINY.read_text())
+    xiangqi["data"]["task"] = "xiangqi"  # would have trained contract rows
+    bad.write_text(json.dumps(xiangqi))
+    assert main(["--config", str(bad), "--out-dir", out]) == 2
+    assert "apps.xiangqi.train_player" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_after_a_kill_between_the_checkpoint_renames(tmp_path: Path) -> None:
+    """save_checkpoint renames checkpoint -> checkpoint.old, then checkpoint.tmp -> checkpoint; a
+    run killed between the two left no checkpoint, and --resume started again from step 0."""
+    import shutil
+
+    train(tiny_config(tmp_path, max_steps=2))
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(ckpt, tmp_path / "checkpoint.tmp")  # the next, complete checkpoint
+    ckpt.rename(tmp_path / "checkpoint.old")  # killed here
+    resumed = train(tiny_config(tmp_path, max_steps=3), resume=True)
+    assert resumed.loop.step == 3 and len(resumed.loop.losses) == 1  # one step, not three
+    assert not (tmp_path / "checkpoint.old").exists()
+    # a temp directory that was not finished is not taken: the old checkpoint is
+    shutil.copytree(ckpt, tmp_path / "checkpoint.tmp")
+    (tmp_path / "checkpoint.tmp" / "trainer_state.pt").unlink()
+    ckpt.rename(tmp_path / "checkpoint.old")
+    again = train(tiny_config(tmp_path, max_steps=4), resume=True)
+    assert again.loop.step == 4 and len(again.loop.losses) == 1
+
+
+def test_init_from_and_resume_refuse_a_model_of_another_shape(tmp_path: Path) -> None:
+    """The config's [model] section was ignored: the loaded shape trained, while the run's
+    train_config.json claimed the configured one."""
+    from decision.train.recipe import build_model, build_tokenizer
+
+    cfg = tiny_config(tmp_path / "run")
+    start = tmp_path / "start"
+    build_model(cfg, build_tokenizer(cfg)).save(start)
+    wider = json.loads(TINY.read_text())
+    wider["model"].update(hidden_size=48, intermediate_size=96)
+    wider["run"]["out_dir"] = str(tmp_path / "run")
+    with pytest.raises(DecisionInputError, match="hidden_size 48 in the config, 32 in the model"):
+        train(config_from_dict(wider), init_from=start)
+    assert not (tmp_path / "run").exists()
+    train(tiny_config(tmp_path / "run", max_steps=1), init_from=start)  # the same shape: fine
+    with pytest.raises(DecisionInputError, match="does not match config section"):
+        train(config_from_dict(wider), resume=True)
+
+
+def test_an_interrupted_export_keeps_the_previous_one(
+    tiny_runs: dict[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from decision.model import DecisionModel, load_model
+    from decision.train.recipe import export_checkpoint
+
+    ckpt = tiny_runs["full"].checkpoint  # type: ignore[attr-defined]
+    dest = export_checkpoint(ckpt, tmp_path / "export")
+
+    def killed(self: DecisionModel, path: str | Path, max_shard_size: object = None) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "config.json").write_text("{")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DecisionModel, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        export_checkpoint(ckpt, dest)
+    monkeypatch.undo()
+    assert load_model(dest, dtype=None).dtype == torch.bfloat16  # still whole
+    assert export_checkpoint(ckpt, dest) == dest and sorted(p.name for p in tmp_path.iterdir()) == [
+        "export"]
+
+
+def test_a_step_that_raises_gives_the_signal_handlers_back(tmp_path: Path) -> None:
+    """The loop's SIGTERM/SIGINT handlers (stop after the step) stayed installed when a step
+    raised: the process then swallowed every later Ctrl-C and SIGTERM."""
+    import signal
+
+    from decision.tokenizer import special_ids, train_tokenizer
+    from decision.train.loop import LoopHooks, train_loop
+    from decision.train.recipe import build_model
+
+    cfg = tiny_config(tmp_path, max_steps=5)
+    tok = train_tokenizer([generate_text(s) for s in range(20)], 400)
+    ids = special_ids(tok)
+
+    def rows(i: int):  # noqa: ANN202 - the hook's row type
+        raise RuntimeError("a row that cannot be built")
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with pytest.raises(RuntimeError, match="cannot be built"):
+        train_loop(build_model(cfg, tok), cfg, LoopHooks(rows, ids.pad, ids.mask,
+                                                          log=lambda s: None), tmp_path)
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_init_from_refuses_a_tokenizer_larger_than_the_embedding(tmp_path: Path) -> None:
+    """A model directory whose tokenizer.json is another model's (more ids than embedding rows)
+    loaded silently; its ids past the embedding then fail inside a training step."""
+    from decision.errors import CheckpointError
+    from decision.tokenizer import train_tokenizer
+    from decision.train.recipe import build_model, load_trainable
+
+    cfg = tiny_config(tmp_path / "run")
+    small = train_tokenizer([generate_text(s) for s in range(20)], 320)
+    start = tmp_path / "start"
+    build_model(cfg, small).save(start)
+    train_tokenizer([generate_text(s) for s in range(40)], 400).save(str(start / "tokenizer.json"))
+    with pytest.raises(CheckpointError, match="vocab_size is 320"):
+        load_trainable(start, "train with")

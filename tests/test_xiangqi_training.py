@@ -289,3 +289,54 @@ def test_baselines_need_no_model_and_are_written_with_out(tmp_path: Path) -> Non
                           str(VALID), "--positions", "5", "--baselines", "--out",
                           str(after)]) == 0
     assert json.loads(after.read_text()) == json.loads(out.read_text())
+
+
+def test_player_config_values_are_checked_before_the_games_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong value was a traceback minutes later (after 2.2M moves were read), a missing games
+    file a FileNotFoundError traceback, and a contracts config silently trained Xiangqi."""
+    from apps.xiangqi.train_player import main
+
+    bad = tmp_path / "bad.json"
+    out = str(tmp_path / "run")
+    for section, words in [
+        ({"xiangqi": {"train_positions": "many"}}, "train_positions must be int"),
+        ({"xiangqi": {"val_positions": 0}}, "must be >= 1"),
+        ({"train": {"data": {"task": "contracts"}}}, "this driver trains 'xiangqi'"),
+        ({"xiangqi": {"train_games": str(tmp_path / "none.jsonl.gz")}}, "cannot read games file"),
+    ]:
+        bad.write_text(json.dumps(section))
+        assert main(["--config", str(bad), "--out-dir", out, "--max-steps", "0"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and words in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_interrupted_export_keeps_the_model_it_replaces(
+    tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """export deleted the model files of ``dest`` (models/xiangqi) before writing the new ones."""
+    from apps.xiangqi.train_player import export
+    from decision.model import DecisionModel, load_model
+
+    ckpt = tmp_path / "ckpt"
+    tiny.save(ckpt)
+    dest = tmp_path / "xiangqi"
+    export(ckpt, dest)
+    (dest / "README.md").write_text("model card")
+
+    def killed(self: DecisionModel, path: str | Path, max_shard_size: object = None) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "config.json").write_text("{")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DecisionModel, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        export(ckpt, dest)
+    monkeypatch.undo()
+    assert load_model(dest, dtype=None).dtype == torch.bfloat16  # still whole
+    export(ckpt, dest)
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "README.md", "config.json", "model.safetensors", "tokenizer.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "xiangqi"]

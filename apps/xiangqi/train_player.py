@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -40,17 +42,24 @@ from apps.xiangqi.training import (
     tokenizer_corpus,
 )
 from decision.errors import DecisionError, DecisionInputError
+from decision.model.checkpoint import INDEX_NAME
 from decision.tokenizer import special_ids, train_tokenizer
-from decision.train.config import TrainConfig, check_device, config_from_dict
+from decision.train.config import (
+    TrainConfig,
+    build_section,
+    check_device,
+    check_minutes,
+    config_from_dict,
+)
 from decision.train.loop import (
-    CHECKPOINT_DIR,
     STATE_FILE,
     LoopHooks,
     load_trainer_state,
+    recover_checkpoint,
     resolve_device,
     train_loop,
 )
-from decision.train.recipe import build_model, load_trainable
+from decision.train.recipe import build_model, check_model_matches, load_trainable
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 MODEL_FILES = ("config.json", "tokenizer.json")
@@ -81,11 +90,27 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
     if not isinstance(raw, dict) or set(raw) - {"train", "xiangqi"}:
         raise DecisionInputError("config must be an object with 'train' and 'xiangqi'", "config")
     section = raw.get("xiangqi", {})
-    known = {f.name for f in dataclasses.fields(XiangqiSection)}
-    unknown = set(section) - known
-    if unknown:
-        raise DecisionInputError(f"unknown xiangqi keys {sorted(unknown)}", "xiangqi")
-    return config_from_dict(raw.get("train", {})), XiangqiSection(**section)
+    if isinstance(section, dict):
+        known = {f.name for f in dataclasses.fields(XiangqiSection)}
+        unknown = set(section) - known
+        if unknown:
+            raise DecisionInputError(f"unknown xiangqi keys {sorted(unknown)}", "xiangqi")
+    xq = build_section(XiangqiSection, section, "xiangqi")
+    if min(xq.train_positions, xq.tokenizer_positions, xq.val_positions) < 1:
+        raise DecisionInputError(
+            "xiangqi.train_positions, tokenizer_positions and val_positions must be >= 1",
+            "xiangqi",
+        )
+    if not xq.fragment_weight >= 0:
+        raise DecisionInputError("xiangqi.fragment_weight must be >= 0", "xiangqi.fragment_weight")
+    cfg = config_from_dict(raw.get("train", {}))
+    task = raw.get("train", {}).get("data", {}).get("task", "xiangqi")
+    if task != "xiangqi":  # omitted: the default ("contracts") is the other recipe's
+        raise DecisionInputError(
+            f"train.data.task is {task!r}: this driver trains 'xiangqi' (contracts: decision "
+            "train)", "data.task",
+        )
+    return cfg, xq
 
 
 def log(msg: str) -> None:
@@ -138,10 +163,11 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         cfg.run.out_dir = out_dir
     if device:
         cfg.run.device = check_device(device)
+    check_minutes(max_minutes)
     resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
     torch.set_num_threads(cfg.run.threads)
     out = Path(cfg.run.out_dir)
-    ckpt = out / CHECKPOINT_DIR
+    ckpt = recover_checkpoint(out)
     t0 = time.monotonic()
     games = load_games(xq.train_games)
     valid = load_games(xq.valid_games)
@@ -149,16 +175,18 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     state = None
     if resume and (ckpt / STATE_FILE).is_file():
         model = load_trainable(ckpt, "resume with")
+        check_model_matches(model, cfg, ckpt)
         state = load_trainer_state(ckpt)
     else:
-        out.mkdir(parents=True, exist_ok=True)
         if init_from is not None:
             model = load_trainable(init_from, "train with")
+            check_model_matches(model, cfg, init_from)
             tokenizer = model.tokenizer
             log(f"initialised from the weights of {init_from}")
         else:
             tokenizer = build_tokenizer(games, cfg, xq)
             model = build_model(cfg, tokenizer)
+        out.mkdir(parents=True, exist_ok=True)
         tokenizer.save(str(out / "tokenizer.json"))
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
@@ -191,10 +219,19 @@ def export(checkpoint: str | Path, dest: str | Path) -> Path:
     model = load_model(checkpoint, dtype=torch.bfloat16)
     out = Path(dest)
     out.mkdir(parents=True, exist_ok=True)
-    for old in list(out.glob("*.safetensors")) + [out / f for f in MODEL_FILES]:
-        if old.is_file():
+    # Written beside ``dest`` first, then moved in file by file (weights, tokenizer, config
+    # last): an interrupted export no longer leaves ``dest`` without its model files.
+    tmp = out.with_name(out.name + ".export.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save(tmp)
+    new = sorted(tmp.iterdir(), key=lambda f: (f.name == "config.json", f.name))
+    for old in list(out.glob("*.safetensors")) + [out / f for f in (INDEX_NAME, *MODEL_FILES)]:
+        if old.is_file() and not (tmp / old.name).exists():
             old.unlink()
-    model.save(out)
+    for file in new:
+        os.replace(file, out / file.name)
+    tmp.rmdir()
     return out
 
 
@@ -217,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.export_only:
             cfg, _ = load_player_config(args.config)
-            ckpt = Path(args.out_dir or cfg.run.out_dir) / CHECKPOINT_DIR
+            ckpt = recover_checkpoint(Path(args.out_dir or cfg.run.out_dir))
         else:
             ckpt = train(args.config, args.resume, args.max_minutes, args.max_steps, args.out_dir,
                          args.init_from, args.device)

@@ -66,12 +66,18 @@ class MoveExample:
 
 
 def load_games(path: str | Path, limit: int | None = None) -> list[GameRecord]:
-    """Read a ``*-games.jsonl.gz`` file (all categories) into memory."""
+    """Read a ``*-games.jsonl.gz`` file (all categories) into memory; a file that is missing or
+    not gzip is a DecisionInputError (one line on the command line, not a traceback)."""
     games: list[GameRecord] = []
-    for record in iter_games(path):
-        games.append(GameRecord(record["start_fen"], tuple(record["moves"]), record["category"]))
-        if limit is not None and len(games) >= limit:
-            break
+    try:
+        for record in iter_games(path):
+            games.append(
+                GameRecord(record["start_fen"], tuple(record["moves"]), record["category"])
+            )
+            if limit is not None and len(games) >= limit:
+                break
+    except OSError as exc:  # FileNotFoundError, gzip.BadGzipFile, ...
+        raise DecisionInputError(f"cannot read games file {path}: {exc}", "games") from None
     return games
 
 
@@ -190,7 +196,8 @@ class MoveRowSource:
     """Training row ``i`` is a pure function of ``i`` (what the loop's exact resume needs).
 
     Positions with a single legal move are skipped (ModelPlayer never asks about them): row ``i``
-    is the ``i``-th usable reference, cycling over the sampled list.
+    is the first usable reference at or after index ``i``, cycling over the sampled list (so the
+    reference after a skipped one is used twice).
     """
 
     def __init__(self, games: Sequence[GameRecord], refs: Sequence[PositionRef],

@@ -17,6 +17,8 @@ from typing import Any
 from decision.errors import DecisionInputError
 from decision.train.masking import LOSS_WEIGHTINGS
 
+TASKS = ("contracts", "xiangqi")  # data.task: which driver's rows (decision train: contracts)
+
 
 @dataclass
 class ModelSection:
@@ -162,7 +164,18 @@ def _build_section(cls: type, raw: Any, name: str) -> Any:
             )
         default = getattr(cls(), key)
         if isinstance(default, tuple):
-            value = tuple(value)
+            if not isinstance(value, list | tuple):  # tuple("abc") would be ('a', 'b', 'c')
+                raise DecisionInputError(
+                    f"{name}.{key} must be a list, got {type(value).__name__}", f"{name}.{key}"
+                )
+            value = tuple(_as_float(v) if default and isinstance(default[0], float) else v
+                          for v in value)
+            kinds = {type(v) for v in default}
+            if kinds and any(type(v) not in kinds for v in value):
+                raise DecisionInputError(
+                    f"{name}.{key} must be a list of {type(default[0]).__name__}",
+                    f"{name}.{key}",
+                )
         elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if type(value) is not type(default):
@@ -172,6 +185,36 @@ def _build_section(cls: type, raw: Any, name: str) -> Any:
             )
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def _as_float(value: Any) -> Any:
+    """An int (not a bool) as a float; anything else as it is."""
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def build_section(cls: type, raw: Any, name: str) -> Any:
+    """A dataclass section from a JSON/TOML table, checked as the training config's sections are
+    (unknown keys and values of another type than the default's raise DecisionInputError)."""
+    return _build_section(cls, raw, name)
+
+
+def _check_model(fields: dict[str, Any]) -> None:
+    """The [model] section: ``DecisionConfig`` field names, with values it accepts."""
+    from decision.errors import CheckpointError
+    from decision.model.config import DecisionConfig
+
+    known = {f.name for f in dataclasses.fields(DecisionConfig)} - {"source_model_type"}
+    for key in fields:
+        if key not in known:
+            raise DecisionInputError(
+                f"unknown key {key!r} in config section [model]; known: {sorted(known)}",
+                f"model.{key}",
+            )
+    try:
+        DecisionConfig(**fields)
+    except (CheckpointError, TypeError, ValueError) as exc:
+        message = str(exc).removeprefix("config.json: ")
+        raise DecisionInputError(f"config section [model]: {message}", "model") from None
 
 
 def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
@@ -184,12 +227,22 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     model = raw.get("model", {})
     if not isinstance(model, dict):
         raise DecisionInputError("config section [model] must be a table/object", "model")
+    _check_model(model)
     cfg = TrainConfig(model=ModelSection(dict(model)))
     for name, cls in _SECTIONS.items():
         if name in raw:
             setattr(cfg, name, _build_section(cls, raw[name], name))
     _check(cfg)
     return cfg
+
+
+def check_minutes(minutes: float | None) -> float | None:
+    """``minutes`` if it is a time budget (None: the config's; 0: none), else the error."""
+    if minutes is not None and not minutes >= 0:
+        raise DecisionInputError(
+            f"--max-minutes must be >= 0 (0: no budget), got {minutes}", "max_minutes"
+        )
+    return minutes
 
 
 def check_device(name: str) -> str:
@@ -237,8 +290,28 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("data.extraction_rate_scale must lie in (0, 1]", "data")
     if not 8 <= d.doc_block_min <= d.doc_block_max:
         raise DecisionInputError("need 8 <= data.doc_block_min <= data.doc_block_max", "data")
+    if d.task not in TASKS:
+        raise DecisionInputError(f"data.task must be one of {TASKS}, got {d.task!r}", "data.task")
+    if not 0 <= d.level1_final_share <= 1:
+        raise DecisionInputError("data.level1_final_share must lie in [0, 1]", "data")
+    if d.val_groups < 1:
+        raise DecisionInputError("data.val_groups must be >= 1", "data.val_groups")
     if o.lr <= 0 or o.batch_size < 1:
         raise DecisionInputError("optim.lr must be > 0 and optim.batch_size >= 1", "optim")
+    if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
+        raise DecisionInputError("optim.betas must be two numbers in [0, 1)", "optim.betas")
+    if not o.grad_clip > 0:  # 0 zeroes every update, a negative one flips it (ascent)
+        raise DecisionInputError("optim.grad_clip must be > 0", "optim.grad_clip")
+    if not 0 <= o.min_lr_ratio <= 1:
+        raise DecisionInputError("optim.min_lr_ratio must lie in [0, 1]", "optim.min_lr_ratio")
+    if o.warmup_steps < 0 or o.weight_decay < 0:
+        raise DecisionInputError("optim.warmup_steps and optim.weight_decay must be >= 0", "optim")
+    if r.threads < 1:
+        raise DecisionInputError("run.threads must be >= 1", "run.threads")
+    if r.max_minutes < 0 or r.checkpoint_minutes < 0:
+        raise DecisionInputError(
+            "run.max_minutes (0: no budget) and run.checkpoint_minutes must be >= 0", "run"
+        )
     if r.denoise_draws < 1:
         raise DecisionInputError("run.denoise_draws must be >= 1", "run.denoise_draws")
     if r.length_window < 1:

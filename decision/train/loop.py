@@ -237,14 +237,57 @@ def save_checkpoint(
         tmp / STATE_FILE,
     )
     (tmp / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    _fsync_dir_files(tmp)  # on disk before the rename publishes it (a crash keeps whole files)
     old = out_dir / (CHECKPOINT_DIR + ".old")
     if final.exists():
         if old.exists():
             shutil.rmtree(old)
         os.replace(final, old)
-    os.replace(tmp, final)
+    os.replace(tmp, final)  # a kill just before this leaves only .old/.tmp: recover_checkpoint
+    _fsync_dir(out_dir)
     if old.exists():
         shutil.rmtree(old)
+    return final
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Flush a directory's entries (renames, new files) to disk, where the OS allows it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir_files(directory: Path) -> None:
+    """Flush every file of ``directory`` and the directory itself to disk."""
+    for path in directory.iterdir():
+        if path.is_file():
+            with path.open("rb") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(directory)
+
+
+def recover_checkpoint(out_dir: Path) -> Path:
+    """``out_dir/checkpoint``, after finishing a swap that :func:`save_checkpoint` was killed in.
+
+    The swap renames ``checkpoint`` to ``checkpoint.old``, then the complete ``checkpoint.tmp``
+    to ``checkpoint``; a run killed between the two renames leaves no ``checkpoint``, and a
+    ``--resume`` would then silently start a fresh run over the directory. Here the newer
+    ``checkpoint.tmp`` (complete: it is renamed only once fully written) takes its place, or,
+    should it lack its last-written file, ``checkpoint.old``.
+    """
+    final = out_dir / CHECKPOINT_DIR
+    old = out_dir / (CHECKPOINT_DIR + ".old")
+    tmp = out_dir / (CHECKPOINT_DIR + ".tmp")
+    if not final.exists() and old.is_dir():
+        complete = (tmp / STATE_FILE).is_file() and (tmp / "train_config.json").is_file()
+        os.replace(tmp if complete else old, final)
     return final
 
 
@@ -318,53 +361,56 @@ def train_loop(
 
     stop_signal: list[int] = []
     previous = _install_stop_handlers(stop_signal)
-    while step < stop_step:
-        if stop_signal:
-            reason = f"signal {stop_signal[0]}"
-            break
-        if minutes > 0 and time.monotonic() - t0 >= minutes * 60:
-            reason = "time budget"
-            break
-        batch = collate(batches.rows_for(step), hooks.pad_token_id)
-        loss = batch_loss(model, batch, cfg, hooks.mask_token_id, gen, device)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-        opt.step()
-        sched.step()
-        step += 1
-        lv = float(loss.detach())
-        losses.append(lv)
-        window_loss += lv
-        window_tokens += batch.n_tokens
-        window_n += 1
-        if step % cfg.run.log_every == 0:
-            now = time.monotonic()
-            hooks.log(
-                f"step {step} loss {window_loss / window_n:.4f} lr {sched.get_last_lr()[0]:.2e} "
-                f"tok/s {window_tokens / max(1e-9, now - window_t):.0f} "
-                f"elapsed {(prior_s + now - t0) / 60:.1f} min"
-            )
-            window_loss, window_tokens, window_n, window_t = 0.0, 0, 0, now
-        if hooks.validate is not None and step % cfg.run.eval_every == 0:
-            record = hooks.validate(model, step)
-            model.train()
-            record["step"] = step
-            evals.append(record)
-            hooks.log(format_eval(record))
-            gain = record.get("gain_over_majority")
-            if step >= cfg.run.early_stop_step and gain is not None and gain < cfg.run.min_gain:
-                reason = f"early stop: {gain:.3f} over the majority baseline at step {step}"
+    try:
+        while step < stop_step:
+            if stop_signal:
+                reason = f"signal {stop_signal[0]}"
                 break
-        if time.monotonic() - last_ckpt >= cfg.run.checkpoint_minutes * 60:
-            checkpoint()
-            last_ckpt = time.monotonic()
-            hooks.log(f"checkpoint at step {step}")
-    checkpoint()
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)
+            if minutes > 0 and time.monotonic() - t0 >= minutes * 60:
+                reason = "time budget"
+                break
+            batch = collate(batches.rows_for(step), hooks.pad_token_id)
+            loss = batch_loss(model, batch, cfg, hooks.mask_token_id, gen, device)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+            opt.step()
+            sched.step()
+            step += 1
+            lv = float(loss.detach())
+            losses.append(lv)
+            window_loss += lv
+            window_tokens += batch.n_tokens
+            window_n += 1
+            if step % cfg.run.log_every == 0:
+                now = time.monotonic()
+                hooks.log(
+                    f"step {step} loss {window_loss / window_n:.4f} "
+                    f"lr {sched.get_last_lr()[0]:.2e} "
+                    f"tok/s {window_tokens / max(1e-9, now - window_t):.0f} "
+                    f"elapsed {(prior_s + now - t0) / 60:.1f} min"
+                )
+                window_loss, window_tokens, window_n, window_t = 0.0, 0, 0, now
+            if hooks.validate is not None and step % cfg.run.eval_every == 0:
+                record = hooks.validate(model, step)
+                model.train()
+                record["step"] = step
+                evals.append(record)
+                hooks.log(format_eval(record))
+                gain = record.get("gain_over_majority")
+                if step >= cfg.run.early_stop_step and gain is not None and gain < cfg.run.min_gain:
+                    reason = f"early stop: {gain:.3f} over the majority baseline at step {step}"
+                    break
+            if time.monotonic() - last_ckpt >= cfg.run.checkpoint_minutes * 60:
+                checkpoint()
+                last_ckpt = time.monotonic()
+                hooks.log(f"checkpoint at step {step}")
+        checkpoint()
+    finally:  # also when a step raises: SIGINT/SIGTERM must not stay swallowed
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     elapsed = prior_s + time.monotonic() - t0
     hooks.log(f"stopped at step {step} ({reason}); {elapsed / 60:.1f} min in all")
     return LoopResult(step, losses, evals, reason, elapsed)

@@ -8,6 +8,7 @@ reads, plus ``trainer_state.pt`` and ``train_config.json``), ``tokenizer.json`` 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -18,16 +19,16 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from decision.errors import CheckpointError
+from decision.errors import CheckpointError, DecisionInputError
 from decision.tokenizer import special_ids, train_tokenizer
-from decision.train.config import TrainConfig
+from decision.train.config import TrainConfig, check_minutes
 from decision.train.data import RowSource, ValidationSet, tokenizer_corpus
 from decision.train.loop import (
-    CHECKPOINT_DIR,
     STATE_FILE,
     LoopHooks,
     LoopResult,
     load_trainer_state,
+    recover_checkpoint,
     resolve_device,
     train_loop,
 )
@@ -80,7 +81,32 @@ def load_trainable(path: str | Path, purpose: str) -> Any:
     model = load_model(path, dtype=torch.float32)
     if model.tokenizer is None:
         raise CheckpointError(f"{path} has no tokenizer.json to {purpose}")
+    n_tokens = model.tokenizer.get_vocab_size(with_added_tokens=True)
+    if n_tokens > model.config.vocab_size:
+        raise CheckpointError(
+            f"{path}: tokenizer.json has {n_tokens} tokens but config.json vocab_size is "
+            f"{model.config.vocab_size} (a tokenizer of another model?)"
+        )
     return model
+
+
+# [model] fields that build_model takes from the tokenizer, not from the config file
+TOKENIZER_FIELDS = frozenset({"vocab_size", "mask_token_id", "pad_token_id", "eos_token_id"})
+
+
+def check_model_matches(model: Any, cfg: TrainConfig, source: str | Path) -> None:
+    """Refuse a loaded model (``--init-from``, ``--resume``) of another shape than the config's
+    [model] section: the run would train the loaded shape while its ``train_config.json`` and
+    its logs claimed the configured one."""
+    differ = [
+        f"{key} {value!r} in the config, {getattr(model.config, key)!r} in the model"
+        for key, value in sorted(cfg.model.fields.items())
+        if key not in TOKENIZER_FIELDS and getattr(model.config, key) != value
+    ]
+    if differ:
+        raise DecisionInputError(
+            f"{source} does not match config section [model]: {'; '.join(differ)}", "model"
+        )
 
 
 def train(
@@ -97,21 +123,28 @@ def train(
     sessions when the run directory (git-ignored) is gone. ``resume`` takes precedence when the
     run directory has a checkpoint.
     """
+    if cfg.data.task != "contracts":
+        raise DecisionInputError(
+            f"data.task is {cfg.data.task!r}: this recipe trains 'contracts' (the Xiangqi player "
+            "trains with python -m apps.xiangqi.train_player)", "data.task",
+        )
+    check_minutes(max_minutes)
     resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
     torch.set_num_threads(cfg.run.threads)
     out = Path(cfg.run.out_dir)
-    ckpt = out / CHECKPOINT_DIR
+    ckpt = recover_checkpoint(out)
     state = None
     if resume and (ckpt / STATE_FILE).is_file():
         model = load_trainable(ckpt, "resume with")
+        check_model_matches(model, cfg, ckpt)
         tokenizer = model.tokenizer
         state = load_trainer_state(ckpt)
     else:
         if resume:
             log(f"no checkpoint in {ckpt}: starting a fresh run")
-        out.mkdir(parents=True, exist_ok=True)
         if init_from is not None:
             model = load_trainable(init_from, "train with")
+            check_model_matches(model, cfg, init_from)
             tokenizer = model.tokenizer
             log(f"initialised from the weights of {init_from}")
         else:
@@ -119,6 +152,7 @@ def train(
             tokenizer = build_tokenizer(cfg)
             log(f"tokenizer: {tokenizer.get_vocab_size()} tokens in {time.monotonic() - t0:.1f} s")
             model = build_model(cfg, tokenizer)
+        out.mkdir(parents=True, exist_ok=True)
         tokenizer.save(str(out / "tokenizer.json"))
     log(f"model: {count_parameters(model) / 1e6:.2f}M parameters")
     ids = special_ids(tokenizer)
@@ -147,8 +181,18 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
 
     model = load_model(checkpoint, dtype=torch.bfloat16)
     dest = Path(out_dir)
+    # Written beside ``dest`` and swapped in: an interrupted export leaves the previous one whole.
+    tmp = dest.with_name(dest.name + ".tmp")
+    old = dest.with_name(dest.name + ".old")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model.save(tmp)
     if dest.exists():
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    model.save(dest)
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    if old.exists():
+        shutil.rmtree(old)
     return dest
