@@ -8,25 +8,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apps.xiangqi import Board
+from apps.xiangqi import RED, Board
 from apps.xiangqi.players import material
 from apps.xiangqi.search import MATE, SearchConfig, best_score, move_scores
 
 
-def _reference(board: Board, depth: int, qdepth: int, ply: int = 0) -> float:
-    """Plain minimax (no pruning), scored as the material balance for the side to move."""
+def _reference(board: Board, depth: int, qdepth: int, ply: int, root_red: float) -> float:
+    """Plain minimax (no pruning), scored as the material balance for the side to move; a mate
+    is ``MATE - ply`` beyond the root's balance (``root_red``: Red's material there), whatever
+    material the line won on the way."""
     me = board.turn
+    at_root = root_red if me == RED else -root_red
     if depth == 0:
         if board.is_checkmate():
-            return -(MATE - ply) + material(board, me)
+            return -(MATE - ply) + at_root
         return _reference_quiescence(board, qdepth)
     moves = board.legal_moves
     if not moves:
-        return -(MATE - ply) + material(board, me)
+        return -(MATE - ply) + at_root
     best = -math.inf
     for move in moves:
         board.push(move)
-        best = max(best, -_reference(board, depth - 1, qdepth, ply + 1))
+        best = max(best, -_reference(board, depth - 1, qdepth, ply + 1, root_red))
         board.pop()
     return best
 
@@ -62,11 +65,11 @@ def test_search_equals_plain_minimax(choices: list[int], depth: int) -> None:
     if board.outcome() is not None:
         return
     config = SearchConfig(depth=depth, quiescence_depth=2)
-    base = material(board, board.turn)
+    base, root_red = material(board, board.turn), material(board, RED)
     scores = move_scores(board, config=config)
     for move, score in scores.items():
         board.push(move)
-        want = -_reference(board, depth - 1, 2, 1) - base
+        want = -_reference(board, depth - 1, 2, 1, root_red) - base
         board.pop()
         assert score == pytest.approx(want), move.iccs()
     assert best_score(board, config) == pytest.approx(max(scores.values()))
@@ -106,4 +109,19 @@ def test_depth_two_sees_the_mate_it_would_allow() -> None:
     assert scores[board.parse_iccs("c4c1")] == pytest.approx(9.0)
     board.push_iccs("c4a4")
     board.push_iccs("c1c0")
+    assert board.is_checkmate()
+
+
+def test_a_mate_is_not_outscored_by_a_slower_mate_that_wins_material() -> None:
+    # e3d3 mates at once; i2i4 takes the horse (4) and mates next move. The mate in one must
+    # score higher: with the material of the line added to the mate score it scored 999 against
+    # 1001, and a guided player with margin 0 vetoed the mate in one as a blunder
+    board = Board("3k5/9/9/9/9/8n/4R4/4K3R/9/9 w - - 0 1")
+    config = SearchConfig(depth=3)
+    scores = move_scores(board, config=config)
+    mate, slower = board.parse_iccs("e3d3"), board.parse_iccs("i2i4")
+    assert scores[mate] == pytest.approx(MATE - 1)
+    assert scores[slower] == pytest.approx(MATE - 3)
+    assert best_score(board, config) == pytest.approx(MATE - 1)
+    board.push(mate)
     assert board.is_checkmate()

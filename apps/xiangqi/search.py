@@ -4,8 +4,9 @@ Negamax with alpha-beta over the legal moves to ``depth`` plies, then a capture-
 search (the side to move may stand pat), so an exchange in progress is finished before material
 is counted. Material in soldier units with the values of :data:`apps.xiangqi.players.PIECE_VALUES`
 (a soldier across the river is worth 2). A side with no legal move loses, checkmate and stalemate
-alike (Xiangqi rules), scored ``MATE`` minus the plies to it so nearer wins score higher; on the
-last full-width ply only a checkmate is looked for (a stalemate there goes unseen).
+alike (Xiangqi rules), scored ``MATE`` minus the plies to it, whatever material changed hands on
+the way, so nearer wins score higher; on the last full-width ply only a checkmate is looked for
+(a stalemate there goes unseen).
 Repetition and the no-capture limit are ignored: this is a blunder check, not an engine.
 
 It reads the board's square list directly through :mod:`apps.xiangqi.movegen` (the same move
@@ -85,24 +86,31 @@ class _Search:
         return sorted(pairs, key=lambda p: (-_VALUES[abs(b[p[1]])] * 10 + _VALUES[abs(b[p[0]])]
                                             if b[p[1]] else 1000.0))
 
-    def negamax(self, red: bool, depth: int, alpha: float, beta: float, ply: int) -> float:
-        """Score of the position for the side ``red`` to move (material relative to now)."""
+    def negamax(self, red: bool, depth: int, alpha: float, beta: float, ply: int,
+                balance: float = 0.0) -> float:
+        """Score of the position for the side ``red`` to move (material relative to now).
+
+        ``balance``: the material that side has won since the search's root. A mate is scored
+        ``-(MATE - ply) - balance`` here so that it reaches the root as ``MATE - ply`` exactly:
+        the material the line won on the way must not make a slower mate outscore a faster one.
+        """
         if depth == 0:
             # a mate on the last ply is scored, not stood on: without this a depth-2 search would
             # not see the opponent's mate in one after our move
             k = self.kings[red]
             if movegen.king_attacked(self.b, k, red) and not movegen.has_legal_move(self.b, k, red):
-                return -(MATE - ply)
+                return -(MATE - ply) - balance
             return self.quiescence(red, self.config.quiescence_depth, alpha, beta)
         self.nodes += 1
         pairs = movegen.legal_pairs(self.b, self.kings[red], red)
         if not pairs:
-            return -(MATE - ply)
+            return -(MATE - ply) - balance
         best = -math.inf
         for fr, to in self._ordered(pairs):
             gain = _gain(self.b, fr, to)
             captured = self._make(fr, to)
-            score = gain - self.negamax(not red, depth - 1, -beta + gain, -alpha + gain, ply + 1)
+            score = gain - self.negamax(not red, depth - 1, -beta + gain, -alpha + gain, ply + 1,
+                                        -(balance + gain))
             self._unmake(fr, to, captured)
             if score > best:
                 best = score
@@ -154,7 +162,8 @@ def move_scores(board: Board, moves: Iterable[Move] | None = None,
         gain = _gain(search.b, fr, to)
         captured = search._make(fr, to)
         # a reply proven >= gain - floor + eps puts the move strictly below the floor
-        reply = search.negamax(not red, config.depth - 1, -math.inf, gain - floor + _EPS, 1)
+        reply = search.negamax(not red, config.depth - 1, -math.inf, gain - floor + _EPS, 1,
+                               -gain)
         search._unmake(fr, to, captured)
         out[move] = gain - reply
     return out
