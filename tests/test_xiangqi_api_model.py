@@ -15,7 +15,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from apps.xiangqi import Board
+from apps.xiangqi import RED, Board
 from apps.xiangqi.api import create_app
 from apps.xiangqi.model_player import (
     ModelPlayer,
@@ -293,3 +293,54 @@ def test_a_perpetual_check_gives_way_to_the_best_move_that_does_not_repeat() -> 
     board.pop()
     sound = sound_moves(board, config, margin=0.0)
     assert sound and check not in sound
+
+
+def test_a_perpetual_check_by_the_opponent_is_not_escaped_by_giving_material() -> None:
+    from apps.xiangqi.model_player import sound_moves
+
+    # Black's chariot checks from a0 and a1 in turn while Red's general steps e0-e1. The cycle
+    # is Black's perpetual check, so its third occurrence wins for Red. Stepping back to e1 only
+    # repeats it; the one other move, c5c0, puts the cannon in the way and loses it. The guided
+    # player gave the cannon away rather than repeat.
+    board = Board("3k5/9/9/9/r1C5R/9/9/9/9/4K4 b - - 0 1")
+    for iccs in "a5a0 e0e1 a0a1 e1e0 a1a0".split():
+        board.push_iccs(iccs)
+    config = SearchConfig(depth=3)
+    assert board.repetition_count() == 2 and best_score(board, config) == 0.0
+    assert move_scores(board, config=config)[board.parse_iccs("c5c0")] == -4.5
+    assert sound_moves(board, config, margin=0.0) == {board.parse_iccs("e0e1")}
+    board.push_iccs("e0e1")
+    board.push_iccs("a0a1")
+    # e1e0 lets Black's check make the third occurrence: a win for Red, not a danger
+    assert board.parse_iccs("e1e0") in sound_moves(board, config, margin=0.0)
+    board.push_iccs("e1e0")
+    board.push_iccs("a1a0")
+    outcome = board.outcome()
+    assert outcome is not None and outcome.winner == RED
+
+
+def test_a_repetition_the_player_would_lose_or_draw_is_still_avoided() -> None:
+    from apps.xiangqi.model_player import _repetition_classes
+
+    # the same cycle with the colours' parts swapped in meaning: Red is the side that checks
+    # (from a9 and a8) and Black's general steps; Red repeating would lose by perpetual check
+    board = Board("4k4/9/9/9/R1c5r/9/9/9/9/3K5 w - - 0 1")
+    for iccs in "a5a9 e9e8 a9a8 e8e9 a8a9 e9e8".split():
+        board.push_iccs(iccs)
+    repeat = board.parse_iccs("a9a8")  # the same check again: Red's perpetual
+    board.push(repeat)
+    assert board.repetition_count() == 2
+    board.pop()
+    safe, fresh = _repetition_classes(board, {repeat})
+    assert safe == set() and fresh == set()
+
+
+def test_the_guided_player_keeps_a_mate_in_one() -> None:
+    # e3d3 mates; i2i4 takes a horse and mates a move later. The search scored the slower mate
+    # higher (the horse added to the mate score), so at margin 0 the mate in one was vetoed
+    board = Board("3k5/9/9/9/9/8n/4R4/4K3R/9/9 w - - 0 1")
+    guided = SearchGuidedPlayer(_FixedAnswers("e3d3", {"e3d3": 0.9, "i2i4": 0.05}))
+    choice = guided.choose_with_info(board)
+    assert choice.move.iccs() == "e3d3" and guided.overrides == 0
+    board.push(choice.move)
+    assert board.is_checkmate()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from apps.xiangqi.board import Board
-from apps.xiangqi.core import Move
+from apps.xiangqi.core import Color, Move
 from apps.xiangqi.search import SearchConfig
 
 # Beside the default model (<repo>/models/default), whatever the working directory.
@@ -122,7 +122,8 @@ class SearchGuidedPlayer(ModelPlayer):
 
     The search (:mod:`apps.xiangqi.search`) scores every legal move; a move whose score is more
     than ``margin`` soldier units below the best is vetoed, and so is one that lets the game end
-    by repetition while another is left (:func:`sound_moves`). The model picks among the
+    by repetition while another is left, unless the rules would give that repetition to the
+    player (the opponent's perpetual check; :func:`sound_moves`). The model picks among the
     rest: its own answer when that survives, else the surviving move it gives the highest
     probability (all options' probabilities come from the same decode). The model still makes
     every choice the search cannot tell apart, which in quiet positions is all of them.
@@ -165,7 +166,8 @@ def _confidence(answer: Any) -> float | None:
 
 def sound_moves(board: Board, search: SearchConfig, margin: float) -> set[Move]:
     """The legal moves a :class:`SearchGuidedPlayer` may play: searched within ``margin`` of the
-    best, and not letting the game end by repetition (see :func:`_repetition_classes`).
+    best, and not letting the game end by repetition unless the rules give it to the mover (the
+    opponent's perpetual check; see :func:`_repetition_classes`).
 
     When every move within the margin would repeat (typically a perpetual check, which loses),
     the best of the moves that do not are taken instead, also within ``margin``; only when every
@@ -199,27 +201,52 @@ def guided_pick(answer: Move, probabilities: dict[str, float] | None, sound: set
 
 def _repetition_classes(board: Board, moves: set[Move]) -> tuple[set[Move], set[Move]]:
     """(safe, fresh) subsets of ``moves``: fresh ones reach a position not seen before in the
-    game; safe ones are fresh and no reply of the opponent's then makes a position's third
-    occurrence. The search does not see the repetition rule, and a player ahead in material that
-    keeps checking loses by it (perpetual check)."""
+    game, or one whose repetition the rules give to the mover (:func:`_repeats_to_win`: the
+    opponent's perpetual check); safe ones are fresh and no reply of the opponent's then makes a
+    position's third occurrence that the mover does not win. The search does not see the
+    repetition rule, and a player ahead in material that keeps checking loses by it (perpetual
+    check); one that is checked perpetually wins by it, and must not give material away to
+    escape the repetition."""
+    us = board.turn
     work = board.copy()
     fresh, safe = set(), set()
     for move in moves:
         work.push(move)
-        if work.repetition_count() == 1:
+        if work.repetition_count() == 1 or _repeats_to_win(work, us):
             fresh.add(move)
-            if not any(_completes_threefold(work, reply) for reply in work.legal_moves):
+            if not any(_completes_threefold(work, reply, us) for reply in work.legal_moves):
                 safe.add(move)
         work.pop()
     return safe, fresh
 
 
-def _completes_threefold(board: Board, move: Move) -> bool:
+def _completes_threefold(board: Board, move: Move, us: Color) -> bool:
+    """Whether ``move`` makes a position's third occurrence that ``us`` does not win."""
     board.push(move)
     try:
-        return board.is_repetition(3)
+        if not board.is_repetition(3):
+            return False
+        outcome = board.outcome()
+        return outcome is None or outcome.winner != us
     finally:
         board.pop()
+
+
+def _repeats_to_win(board: Board, us: Color) -> bool:
+    """On a position that occurred before (``us`` just moved there): whether the rules give the
+    repetition to ``us``, now if this is its third occurrence, else when the cycle since its last
+    occurrence is played once more (the opponent checked on every move of it, ``us`` did not)."""
+    if not board.is_repetition(3):
+        probe = board.copy()
+        key = probe.zobrist_hash()
+        cycle: list[Move] = []
+        while not cycle or len(cycle) % 2 or probe.zobrist_hash() != key:
+            cycle.append(probe.pop())
+        board = board.copy()
+        for move in reversed(cycle):
+            board.push(move)
+    outcome = board.outcome()
+    return outcome is not None and outcome.winner == us
 
 
 def _decide(model: Any, document: str, question: Any, threshold: float,
