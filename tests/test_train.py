@@ -552,17 +552,13 @@ def test_an_interrupted_export_keeps_the_previous_one(
     tiny_runs: dict[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from decision.model import DecisionModel, load_model
+    from decision.model.testing import save_killed_midway
     from decision.train.recipe import export_checkpoint
 
     ckpt = tiny_runs["full"].checkpoint  # type: ignore[attr-defined]
     dest = export_checkpoint(ckpt, tmp_path / "export")
 
-    def killed(self: DecisionModel, path: str | Path, max_shard_size: object = None) -> None:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        (Path(path) / "config.json").write_text("{")
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(DecisionModel, "save", killed)
+    monkeypatch.setattr(DecisionModel, "save", save_killed_midway)
     with pytest.raises(KeyboardInterrupt):
         export_checkpoint(ckpt, dest)
     monkeypatch.undo()

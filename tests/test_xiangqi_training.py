@@ -319,6 +319,7 @@ def test_an_interrupted_export_keeps_the_model_it_replaces(
     """export deleted the model files of ``dest`` (models/xiangqi) before writing the new ones."""
     from apps.xiangqi.train_player import export
     from decision.model import DecisionModel, load_model
+    from decision.model.testing import save_killed_midway
 
     ckpt = tmp_path / "ckpt"
     tiny.save(ckpt)
@@ -326,12 +327,7 @@ def test_an_interrupted_export_keeps_the_model_it_replaces(
     export(ckpt, dest)
     (dest / "README.md").write_text("model card")
 
-    def killed(self: DecisionModel, path: str | Path, max_shard_size: object = None) -> None:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        (Path(path) / "config.json").write_text("{")
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(DecisionModel, "save", killed)
+    monkeypatch.setattr(DecisionModel, "save", save_killed_midway)
     with pytest.raises(KeyboardInterrupt):
         export(ckpt, dest)
     monkeypatch.undo()

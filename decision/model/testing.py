@@ -46,3 +46,13 @@ def tiny_model(seed: int = 0, random_block: bool = False, **overrides: Any) -> D
     if random_block:
         randomize_block_params(model, torch.Generator().manual_seed(seed + 1))
     return model
+
+
+def save_killed_midway(self: DecisionModel, path: Any, max_shard_size: object = None) -> None:
+    """A stand-in for ``DecisionModel.save`` that is interrupted after a partial ``config.json``
+    (monkeypatch it in to test that an export never leaves a broken model behind)."""
+    from pathlib import Path
+
+    Path(path).mkdir(parents=True, exist_ok=True)
+    (Path(path) / "config.json").write_text("{")
+    raise KeyboardInterrupt
