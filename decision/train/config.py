@@ -151,7 +151,9 @@ _SECTIONS: dict[str, type] = {
 }
 
 
-def _build_section(cls: type, raw: Any, name: str) -> Any:
+def build_section(cls: type, raw: Any, name: str) -> Any:
+    """A dataclass section from a JSON/TOML table, checked as the training config's sections are
+    (unknown keys and values of another type than the default's raise DecisionInputError)."""
     if not isinstance(raw, dict):
         raise DecisionInputError(f"config section [{name}] must be a table/object", name)
     known = {f.name: f for f in dataclasses.fields(cls)}
@@ -192,12 +194,6 @@ def _as_float(value: Any) -> Any:
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-def build_section(cls: type, raw: Any, name: str) -> Any:
-    """A dataclass section from a JSON/TOML table, checked as the training config's sections are
-    (unknown keys and values of another type than the default's raise DecisionInputError)."""
-    return _build_section(cls, raw, name)
-
-
 def _check_model(fields: dict[str, Any]) -> None:
     """The [model] section: ``DecisionConfig`` field names, with values it accepts."""
     from decision.errors import CheckpointError
@@ -231,7 +227,7 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     cfg = TrainConfig(model=ModelSection(dict(model)))
     for name, cls in _SECTIONS.items():
         if name in raw:
-            setattr(cfg, name, _build_section(cls, raw[name], name))
+            setattr(cfg, name, build_section(cls, raw[name], name))
     _check(cfg)
     return cfg
 
