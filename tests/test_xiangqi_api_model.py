@@ -22,6 +22,7 @@ from apps.xiangqi.model_player import (
     SearchGuidedPlayer,
     player_from_setting,
     search_depth_setting,
+    sound_moves,
 )
 from apps.xiangqi.players import GreedyPlayer, RandomPlayer
 from apps.xiangqi.render import move_question, position_document, sorted_legal_iccs
@@ -279,8 +280,6 @@ PERPETUAL = ("h2e2 h7h1 b2c2 b7e7 c2c6 e7i7 c3c4 h1c1 c6c1 i7e7 c1c9 d9e8 c9a9 b
 
 
 def test_a_perpetual_check_gives_way_to_the_best_move_that_does_not_repeat() -> None:
-    from apps.xiangqi.model_player import sound_moves
-
     board = Board()
     for iccs in PERPETUAL.split():
         board.push_iccs(iccs)
@@ -296,8 +295,6 @@ def test_a_perpetual_check_gives_way_to_the_best_move_that_does_not_repeat() -> 
 
 
 def test_a_perpetual_check_by_the_opponent_is_not_escaped_by_giving_material() -> None:
-    from apps.xiangqi.model_player import sound_moves
-
     # Black's chariot checks from a0 and a1 in turn while Red's general steps e0-e1. The cycle
     # is Black's perpetual check, so its third occurrence wins for Red. Stepping back to e1 only
     # repeats it; the one other move, c5c0, puts the cannon in the way and loses it. The guided
@@ -344,3 +341,18 @@ def test_the_guided_player_keeps_a_mate_in_one() -> None:
     assert choice.move.iccs() == "e3d3" and guided.overrides == 0
     board.push(choice.move)
     assert board.is_checkmate()
+
+
+@pytest.mark.parametrize("margin", [-0.5, float("nan"), float("inf")])
+def test_an_unusable_search_margin_is_refused(model: Any, margin: float) -> None:
+    """A negative margin vetoes even the best move (``sound_moves`` was empty and the pick
+    crashed on it); NaN and inf are no margins either."""
+    with pytest.raises(ValueError, match="margin"):
+        SearchGuidedPlayer(model, margin=margin)
+    with pytest.raises(ValueError, match="margin"):
+        sound_moves(Board(), SearchConfig(depth=1), margin)
+    from apps.xiangqi.evaluate import main as evaluate_main
+
+    with pytest.raises(SystemExit) as exit_info:  # argparse: usage error, status 2
+        evaluate_main(["match", "--opponent", "random", "--margin", str(margin)])
+    assert exit_info.value.code == 2

@@ -44,6 +44,7 @@ from apps.xiangqi.model_player import (
     MOVE_DECODERS,
     ModelPlayer,
     SearchGuidedPlayer,
+    check_margin,
     decoder_options,
     guided_pick,
     sound_moves,
@@ -410,6 +411,14 @@ def _load(path: str, device: str = "cpu") -> Any:
     return load_model(path, device=device, dtype=torch.float32)
 
 
+def _margin(text: str) -> float:
+    """``--margin``: a finite number of soldier units >= 0."""
+    try:
+        return check_margin(float(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m apps.xiangqi.evaluate",
                                      description=__doc__.splitlines()[0])
@@ -432,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="where the training positions' keys are kept between runs")
     agr.add_argument("--search-depth", type=int, default=0,
                      help="score the moves SearchGuidedPlayer plays at this depth (0: the model's)")
-    agr.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
+    agr.add_argument("--margin", type=_margin, default=DEFAULT_MARGIN)
     agr.add_argument("--decoder", choices=MOVE_DECODERS, default=MOVE_DECODER,
                      help="how the move is asked (the player's: %(default)s)")
     keys = sub.add_parser("keys", help="compute and cache the training positions' keys")
@@ -450,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     mat.add_argument("--progress", default=None, help="JSON lines: each game as it ends")
     mat.add_argument("--search-depth", type=int, default=0,
                      help="veto the model's blunders with a material search this deep (0: off)")
-    mat.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+    mat.add_argument("--margin", type=_margin, default=DEFAULT_MARGIN,
                      help="soldier units below the best searched move that a move may lose")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

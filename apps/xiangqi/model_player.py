@@ -20,6 +20,7 @@ How a model plays (setting ``DECISION_XIANGQI_SEARCH``): ``3`` (default) or anot
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -134,7 +135,7 @@ class SearchGuidedPlayer(ModelPlayer):
                  decoder: str = MOVE_DECODER) -> None:
         super().__init__(model, name, threshold, decoder)
         self.search = search or SearchConfig(depth=DEFAULT_SEARCH_DEPTH)
-        self.margin = margin
+        self.margin = check_margin(margin)
         self.overrides = 0  # model answers the search vetoed
 
     def choose_with_info(self, board: Board) -> MoveChoice:
@@ -164,6 +165,14 @@ def _confidence(answer: Any) -> float | None:
     return None if confidence is None else float(confidence)
 
 
+def check_margin(margin: float) -> float:
+    """``margin`` if it is a usable one: a finite number >= 0 (a negative margin would veto even
+    the best move, leaving nothing to play)."""
+    if not (math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"the search margin must be a finite number >= 0, got {margin!r}")
+    return margin
+
+
 def sound_moves(board: Board, search: SearchConfig, margin: float) -> set[Move]:
     """The legal moves a :class:`SearchGuidedPlayer` may play: searched within ``margin`` of the
     best, and not letting the game end by repetition unless the rules give it to the mover (the
@@ -176,7 +185,7 @@ def sound_moves(board: Board, search: SearchConfig, margin: float) -> set[Move]:
     from apps.xiangqi.search import best_score, move_scores
 
     legal = board.legal_moves
-    floor = best_score(board, search) - margin
+    floor = best_score(board, search) - check_margin(margin)
     scores = move_scores(board, legal, search, floor=floor)
     sound = {m for m, score in scores.items() if score >= floor}
     safe, fresh = _repetition_classes(board, sound)
