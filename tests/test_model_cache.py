@@ -78,6 +78,16 @@ def test_empty_inputs_and_empty_rows(model: torch.nn.Module) -> None:
 
 
 @torch.inference_mode()
+def test_zero_row_batches(model: torch.nn.Module) -> None:
+    """A batch of no rows (e.g. ``cache.index_select([])``) runs every path."""
+    none = torch.zeros(0, 4, dtype=torch.long)
+    assert model.prefill(none).lengths.tolist() == []
+    empty = model.prefill(_ids(2, 6, seed=26)).index_select([])
+    assert model.denoise(none, empty).shape == (0, 4, 97)
+    assert model.commit(none, empty).lengths.tolist() == []
+
+
+@torch.inference_mode()
 def test_batched_right_padded_prefill_equals_per_row(model: torch.nn.Module) -> None:
     lengths = [30, 12, 1]
     ids = _ids(3, 30, seed=6)

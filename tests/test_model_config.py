@@ -68,6 +68,10 @@ def test_round_trip_through_to_dict() -> None:
     ({"hidden_size": None}, "hidden_size"),
     ({"num_attention_heads": "four"}, "num_attention_heads"),
     ({"head_dim": 0}, "head_dim"),
+    ({"partial_rotary_factor": 2.0}, "partial_rotary_factor"),
+    ({"block_scale_init": -1.0}, "block_scale_init"),
+    ({"block_scale_init": 0.0}, "block_scale_init"),
+    ({"mask_token_id": 10**6}, "mask_token_id"),
 ])
 def test_bad_configs(edit: dict[str, Any], match: str) -> None:
     with pytest.raises(CheckpointError, match=match):

@@ -51,7 +51,8 @@ class GatedAttention(nn.Module):
         v = self.v_proj(x).view(b, n, self.hkv, self.d)
         cos, sin = self._rotary[0](positions, x.dtype)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), gate.reshape(b, n, -1)
+        return (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                gate.reshape(b, n, self.hq * self.d))
 
     def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,

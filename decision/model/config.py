@@ -124,6 +124,21 @@ class DecisionConfig:
             raise CheckpointError("config.json: num_experts_per_tok exceeds num_experts")
         if self.num_segments < 1 or self.right_conv_kernel < 1:
             raise CheckpointError("config.json: num_segments and right_conv_kernel must be >= 1")
+        if not 0.0 <= self.partial_rotary_factor <= 1.0:
+            raise CheckpointError(
+                f"config.json: partial_rotary_factor must lie in [0, 1], got "
+                f"{self.partial_rotary_factor}"
+            )
+        if self.block_scale_init is not None and not self.block_scale_init > 0:
+            raise CheckpointError(
+                f"config.json: block_scale_init must be > 0 (or null for sqrt(Dk)), got "
+                f"{self.block_scale_init}"
+            )
+        if self.mask_token_id is not None and not 0 <= self.mask_token_id < self.vocab_size:
+            raise CheckpointError(
+                f"config.json: mask_token_id {self.mask_token_id} is outside the vocabulary "
+                f"[0, {self.vocab_size})"
+            )
 
     # ------------------------------------------------------------------ derived
     @property

@@ -65,7 +65,8 @@ class GatedDeltaNet(nn.Module):
         self.history_logit = nn.Linear(hidden, self.hv)
         self.block_calibration = nn.Parameter(torch.empty(self.hv))
         self.block_log_scale = nn.Parameter(torch.empty(self.hv))
-        self._block_scale_init = config.block_scale_init or math.sqrt(self.dk)
+        self._block_scale_init = (math.sqrt(self.dk) if config.block_scale_init is None
+                                 else config.block_scale_init)
         self._calibration_init = config.block_calibration_init
         self._history_bias_init = config.block_history_bias_init
         self.reset_block_parameters()
