@@ -471,32 +471,33 @@ def main(argv: list[str] | None = None) -> int:
         baselines = {"baselines": baseline_agreement(load_games(args.valid_games),
                                                      args.positions, args.seed)}
         print(json.dumps(baselines))
-        if args.out:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(baselines, indent=2) + "\n")
+        _write_out(args.out, baselines)
         return 0
     model = _load(args.model, args.device)
+    search = SearchConfig(depth=args.search_depth) if args.search_depth else None
     if args.command == "agreement":
         sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
         seen = cached_training_keys(args.train_games, args.keys_cache)
-        search = SearchConfig(depth=args.search_depth) if args.search_depth else None
         result: Any = agreement(model, sample, seen, args.batch_size, search, args.margin,
                                 args.decoder)
         if args.timing:
             timing = move_timing(model, sample[: args.timing], args.decoder)
             print(json.dumps({"unbatched_move": timing}))
     else:
-        search = SearchConfig(depth=args.search_depth) if args.search_depth else None
         result = play_match(model, args.opponent, args.games, args.max_plies, args.seed,
                             args.concurrency, args.progress, search, args.margin)
     record = asdict(result)
     summary = {k: v for k, v in record.items() if k != "results"}
     print(json.dumps(summary, indent=2))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(record, indent=2))
+    _write_out(args.out, record)
     return 0
 
+
+def _write_out(out: str | None, record: dict[str, Any]) -> None:
+    """The ``--out`` JSON file, if one was asked for."""
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(record, indent=2))
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
