@@ -148,9 +148,7 @@ def validate(value: Any, schema: dict[str, Any]) -> bool:
         if not schema.get("minItems", 0) <= len(value) <= schema.get("maxItems", len(value)):
             return False
         return all(validate(v, schema["items"]) for v in value)
-    if isinstance(value, bool) and kind != "boolean":
-        return False
-    if not isinstance(value, _PY_TYPES[kind]):
+    if not _of_type(value, kind):
         return False
     if kind == "string":
         return schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value))
