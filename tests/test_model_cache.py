@@ -199,3 +199,26 @@ def test_attention_query_chunking_is_exact(model: torch.nn.Module,
     ref = model.history_logits(ids)
     monkeypatch.setattr(attention, "QUERY_CHUNK", 7)
     torch.testing.assert_close(model.history_logits(ids), ref, atol=1e-6, rtol=1e-5)
+
+
+@torch.inference_mode()
+def test_a_cache_of_another_model_is_refused_with_a_clear_error() -> None:
+    """A cache of another dtype, layer order or head shape used to fail deep inside SDPA or
+    the delta rule; it is one input error naming the layer now."""
+    fp32 = tiny_model(seed=2)
+    history, block = _ids(1, 12, seed=24), _ids(1, 8, seed=25)
+    fp32_cache = fp32.prefill(history)
+    bf16 = tiny_model(seed=2).to(torch.bfloat16)
+    with pytest.raises(DecisionInputError, match=r"cache layer 0 conv_tail is torch.float32"):
+        bf16.denoise(block, fp32_cache)
+    with pytest.raises(DecisionInputError, match="cache layer 0 conv_tail is torch.bfloat16"):
+        fp32.commit(block, bf16.prefill(history))
+    reordered = tiny_model(seed=2, layer_types=["full_attention", "linear_attention",
+                                                "linear_attention", "linear_attention"])
+    with pytest.raises(DecisionInputError, match="cache layer 0 is a GDNCache where the model "
+                                                 "has a AttentionCache"):
+        reordered.denoise(block, fp32_cache)
+    wider = tiny_model(seed=2, linear_num_value_heads=2)
+    with pytest.raises(DecisionInputError, match=r"cache layer 0 state has shape \(1, 4, 8, 8\)"):
+        wider.denoise(block, fp32_cache)
+    fp32.denoise(block, fp32_cache)  # its own cache is accepted

@@ -213,6 +213,13 @@ class DecisionModel(nn.Module):
                 f"has {batch} rows and the model {len(self.model.layers)} layers",
                 "cache",
             )
+        for i, (layer, got) in enumerate(zip(self.model.layers, cache.layers, strict=True)):
+            problem = _cache_mismatch(got, layer.empty_cache(0, self.device, self.dtype))
+            if problem:
+                raise DecisionInputError(
+                    f"cache layer {i} {problem}; build caches with this model's prefill/commit",
+                    "cache",
+                )
         return cache
 
     # ------------------------------------------------------------------ paths
@@ -336,3 +343,24 @@ class DecisionModel(nn.Module):
 
 
 __all__ = ["AttentionCache", "DecisionModel", "GDNCache", "HistoryCache"]
+
+
+def _cache_mismatch(got: LayerCache, expected: LayerCache) -> str | None:
+    """Why ``got`` cannot serve the layer whose empty cache is ``expected`` (None if it can):
+    another mixer kind, head shape, dtype or device would otherwise fail deep inside a kernel."""
+    if type(got) is not type(expected):
+        return f"is a {type(got).__name__} where the model has a {type(expected).__name__}"
+    for name in ("state", "conv_tail") if isinstance(got, GDNCache) else ("key", "value"):
+        have, want = getattr(got, name), getattr(expected, name)
+        if have.dtype != want.dtype or have.device != want.device:
+            return (
+                f"{name} is {have.dtype} on {have.device}; the model needs {want.dtype} "
+                f"on {want.device}"
+            )
+        fixed = slice(1, 2) if isinstance(got, AttentionCache) else slice(1, None)
+        if have.dim() != want.dim() or have.shape[fixed] != want.shape[fixed] or (
+            isinstance(got, AttentionCache) and have.shape[3] != want.shape[3]
+        ):
+            return f"{name} has shape {tuple(have.shape)}, unlike the model's {tuple(want.shape)}"
+    return None
+
