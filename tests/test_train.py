@@ -604,3 +604,19 @@ def test_init_from_refuses_a_tokenizer_larger_than_the_embedding(tmp_path: Path)
     train_tokenizer([generate_text(s) for s in range(40)], 400).save(str(start / "tokenizer.json"))
     with pytest.raises(CheckpointError, match="vocab_size is 320"):
         load_trainable(start, "train with")
+
+
+def test_resume_with_an_edited_config_says_what_changed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resumed run silently mixed two recipes when the config had been edited in between."""
+    train(tiny_config(tmp_path, max_steps=2))
+    capsys.readouterr()
+    train(tiny_config(tmp_path, max_steps=3), resume=True)
+    out = capsys.readouterr()
+    said = out.out + out.err
+    assert "the config differs from the checkpoint's" in said
+    assert "run.max_steps 2 -> 3" in said and "optim.lr" not in said
+    train(tiny_config(tmp_path, max_steps=3), max_steps=3, resume=True)  # unchanged: no line
+    out = capsys.readouterr()
+    assert "differs" not in out.out + out.err

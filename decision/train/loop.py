@@ -291,6 +291,32 @@ def recover_checkpoint(out_dir: Path) -> Path:
     return final
 
 
+def config_changes(saved_path: Path, cfg: TrainConfig) -> list[str]:
+    """``key saved -> now`` for each setting that differs from the checkpoint's saved config:
+    resuming with an edited config (a re-aimed schedule, another batch size) is allowed, but the
+    log says so instead of silently mixing two recipes."""
+    try:
+        saved = json.loads(saved_path.read_text())
+    except (OSError, ValueError):
+        return []  # checkpoints older than train_config.json: nothing to compare with
+
+    def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in d.items():
+            if isinstance(value, dict):
+                out.update(flat(value, f"{prefix}{key}."))
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    before, now = flat(saved), flat(json.loads(json.dumps(cfg.to_dict())))
+    return [
+        f"{key} {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
+        for key in sorted(before.keys() | now.keys())
+        if before.get(key) != now.get(key)
+    ]
+
+
 def load_trainer_state(ckpt: Path) -> dict[str, Any]:
     path = ckpt / STATE_FILE
     if not path.is_file():
@@ -343,6 +369,11 @@ def train_loop(
         step, prior_s = resume_state["step"], resume_state["elapsed_s"]
         evals = list(resume_state["evals"])
         hooks.log(f"resumed at step {step} ({prior_s / 60:.1f} min trained before)")
+        changed = config_changes(out_dir / CHECKPOINT_DIR / "train_config.json", cfg)
+        if changed:
+            hooks.log("the config differs from the checkpoint's (the run goes on with the new "
+                      "values; the seed and the data order stay those of step 0): "
+                      + "; ".join(changed))
 
     hooks.log(f"training on {device}" + (f", {cfg.run.threads} CPU threads"
                                          if device.type == "cpu" else ""))
