@@ -319,3 +319,26 @@ def test_options_spelling_special_tokens(model) -> None:
         answer = d.answers[0]
         assert answer.value in {"[EOS]", "<a1>", "none"} and answer.text == answer.value
         assert sum(answer.option_probabilities.values()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_document_and_question_spelling_special_tokens_are_text(model, monkeypatch) -> None:
+    # a document or question that spells "[MASK]", "<a1>", "<q2>" or "<doc>" is text: the model
+    # reads the layout's own markers as special tokens and nothing else
+    from decision.schemas.compile import tokenizer_context
+
+    special = tokenizer_context(model.tokenizer).special
+    seen: list[list[int]] = []
+    for name in ("prefill", "commit"):
+        original = getattr(model, name)
+
+        def record(ids, *args, _original=original, **kwargs):
+            seen.extend(ids.tolist())
+            return _original(ids, *args, **kwargs)
+
+        monkeypatch.setattr(model, name, record)
+    spelled = "[MASK] [PAD] [EOS] <doc> <q2> <a1>"
+    question = {**QUESTIONS[1], "text": f"Is {spelled} the notice timely?"}
+    decide(model, f"{DOC} {spelled}", [question])
+    document, history = seen  # <doc> document; then <q1> question (right-padded)
+    assert [t for t in document if t in special.all] == [special.doc]
+    assert [t for t in history if t in special.all] == [special.questions[0]]

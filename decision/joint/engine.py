@@ -218,11 +218,13 @@ def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str)
     questions = _questions(raw.questions, mode, where)
     automata = [compile_question(q, ctx, f"{where}questions.{i}") for i, q in enumerate(questions)]
     score_options = bool(raw.score_options)
-    encode = ctx.tokenizer.encode
+    # as text: a document or question spelling "[MASK]", "<a1>" or "<doc>" must not put the
+    # layout's special tokens where the layout has none
+    encode = ctx.canonical_ids
     return _Request(
-        document_ids=encode(document, add_special_tokens=False).ids,
+        document_ids=encode(document),
         questions=questions,
-        question_ids=[encode(q.text, add_special_tokens=False).ids for q in questions],
+        question_ids=[encode(q.text) for q in questions],
         automata=automata,
         mode=mode,
         threshold=float(threshold),
