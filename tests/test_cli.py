@@ -93,6 +93,11 @@ def test_decide_prints_the_json_answer(
          '"options": [1, 2]}', "options must be an object"),
         ('{"questions": [{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}], '
          '"options": "fast"}', "options must be an object"),
+        # a key nobody reads (a POST /decide body's document) is refused, not ignored
+        ('{"document": "Another.", "questions": [{"id": "a", "text": "Q?", '
+         '"answer": {"type": "boolean"}}]}', "unknown key(s) 'document'"),
+        ('{"questions": [{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}], '
+         '"mode": "both"}', "mode"),
     ],
 )
 def test_decide_bad_input_exits_2_with_a_message(
@@ -108,6 +113,21 @@ def test_decide_bad_input_exits_2_with_a_message(
     assert status == 2
     err = capsys.readouterr().err
     assert err.startswith("decision decide: error") and message in err
+
+
+def test_decide_takes_the_mode_of_the_questions_file_unless_given(
+    tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = tmp_path / "doc.txt"
+    document.write_text("The tenant gave 20 days of notice.")
+    questions = tmp_path / "q.json"
+    questions.write_text(json.dumps({"mode": "standalone", "questions": [
+        {"id": "a", "text": "Q?", "answer": {"type": "boolean"}}]}))
+    for flag, mode in (([], "standalone"), (["--mode", "joint"], "joint")):
+        status = main(["decide", "--document", str(document), "--questions", str(questions),
+                       "--model", str(checkpoint), *flag])
+        assert status == 0
+        assert json.loads(capsys.readouterr().out)["mode"] == mode
 
 
 def test_decide_missing_files_and_checkpoint(

@@ -15,11 +15,13 @@ def register(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "decide", help="answer questions about one document and print JSON",
         description="Answer the questions of FILE.json (a list of {id, text, answer}, or an "
-        "object with 'questions' and optionally 'options') about the document in FILE.",
+        "object with 'questions' and optionally 'mode' and 'options') about the document in "
+        "FILE.",
     )
     p.add_argument("--document", required=True, metavar="FILE", help="document text file")
     p.add_argument("--questions", required=True, metavar="FILE.json", help="questions JSON")
-    p.add_argument("--mode", choices=["joint", "standalone", "auto"], default="joint")
+    p.add_argument("--mode", choices=["joint", "standalone", "auto"], default=None,
+                   help="decoding mode (default: FILE.json's 'mode', else joint)")
     p.add_argument("--model", metavar="DIR", default=None,
                    help="checkpoint directory (default: the shipped models/default)")
     p.add_argument("--device", default="cpu")
@@ -55,6 +57,13 @@ def read_body(args: argparse.Namespace) -> Any:
     spec = {"questions": raw} if isinstance(raw, list) else raw
     if not isinstance(spec, dict):
         raise DecisionInputError(f"{args.questions}: expected a list or an object", "questions")
+    unknown = sorted(set(spec) - {"questions", "mode", "options"})
+    if unknown:  # a key read by nobody (a "document" here is not the one decided) is an error
+        raise DecisionInputError(
+            f"{args.questions}: unknown key(s) {', '.join(map(repr, unknown))}; the object "
+            "holds 'questions', 'mode' and 'options' (the document is --document)",
+            unknown[0],
+        )
     options = spec.get("options") or {}
     if not isinstance(options, dict):
         raise DecisionInputError(f"{args.questions}: options must be an object", "options")
@@ -67,7 +76,8 @@ def read_body(args: argparse.Namespace) -> Any:
         options["return_probabilities"] = True
     if args.score_options:
         options["score_options"] = True
-    payload = {"document": document, "questions": spec.get("questions"), "mode": args.mode,
+    mode = args.mode if args.mode is not None else spec.get("mode", "joint")
+    payload = {"document": document, "questions": spec.get("questions"), "mode": mode,
                "options": options}
     return parse_decide_body(payload)
 
