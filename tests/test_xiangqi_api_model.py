@@ -201,6 +201,23 @@ def test_search_settings(checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> N
             player_from_setting(str(checkpoint))
 
 
+
+def test_a_bad_search_setting_is_a_503_naming_it_not_a_500(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The setting is read when the player is built (the first model move): a bad value is the
+    API's JSON 503 with the message, and the next request, once it is fixed, plays."""
+    monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "5")
+    client = TestClient(create_app(tmp_path / "games.sqlite3",
+                                   lambda: player_from_setting(str(checkpoint))))
+    game = client.post(GAMES, json={"model_side": "red"}).json()
+    r = client.post(f"{GAMES}/{game['id']}/model-move")
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["type"] == "unavailable"
+    assert "DECISION_XIANGQI_SEARCH" in r.json()["error"]["message"]
+    monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "0")
+    assert client.post(f"{GAMES}/{game['id']}/model-move").status_code == 200
+
 def test_guided_player_keeps_sound_model_moves_and_replaces_blunders(model: Any) -> None:
     config = SearchConfig(depth=2)
     alone = ModelPlayer(SpyModel(model))

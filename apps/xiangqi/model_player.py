@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import Color, Move
 from apps.xiangqi.search import SearchConfig
+from decision.errors import DecisionInputError
 
 # Beside the default model (<repo>/models/default), whatever the working directory.
 XIANGQI_CHECKPOINT = Path(__file__).resolve().parents[2] / "models" / "xiangqi"
@@ -351,7 +352,11 @@ def player_from_setting(
 
 
 def search_depth_setting(value: str | int | None = None) -> int:
-    """The search depth to play with: ``value``, else ``$DECISION_XIANGQI_SEARCH``, else 3."""
+    """The search depth to play with: ``value``, else ``$DECISION_XIANGQI_SEARCH``, else 3.
+
+    A bad value is a ``DecisionInputError`` (a ``ValueError``): the game API answers it 503 with
+    the message, like a model that cannot be loaded, and the terminal game exits 2 with it.
+    """
     raw = value if value is not None else os.environ.get(SEARCH_ENV, "").strip() or None
     if raw is None:
         return DEFAULT_SEARCH_DEPTH
@@ -360,8 +365,10 @@ def search_depth_setting(value: str | int | None = None) -> int:
     except ValueError:
         depth = -1
     if not 0 <= depth <= 3:
-        raise ValueError(f"{SEARCH_ENV} must be a search depth from 0 (the model alone) to 3, "
-                         f"got {raw!r}")
+        raise DecisionInputError(
+            f"{SEARCH_ENV} must be a search depth from 0 (the model alone) to 3, got {raw!r}",
+            SEARCH_ENV,
+        )
     return depth
 
 
