@@ -342,3 +342,34 @@ def test_document_and_question_spelling_special_tokens_are_text(model, monkeypat
     document, history = seen  # <doc> document; then <q1> question (right-padded)
     assert [t for t in document if t in special.all] == [special.doc]
     assert [t for t in history if t in special.all] == [special.questions[0]]
+
+
+def test_auto_splits_passes_to_fit_the_model_positions() -> None:
+    """A document that fits with each question but not with all of them: ``auto`` was refused
+    ("a pass needs N positions") while ``standalone`` answered; it takes smaller passes now."""
+    from decision.joint.layout import build_layout
+    from decision.schemas.compile import compile_answer, tokenizer_context
+
+    document = lease_document(1, seed=5)
+    probe = toy_model()
+    ctx = tokenizer_context(probe.tokenizer)
+    doc_ids = ctx.canonical_ids(document)
+
+    def pass_length(questions: list[dict]) -> int:
+        parsed = [Question.model_validate(q) for q in questions]
+        return len(build_layout(ctx.special, doc_ids, [ctx.canonical_ids(q.text) for q in parsed],
+                                [compile_answer(q.answer, ctx).budget for q in parsed]).input_ids)
+
+    limit = max(pass_length(QUESTIONS[:1]), pass_length(QUESTIONS[1:]))  # 1 pass, then 2
+    assert pass_length(QUESTIONS[:2]) > limit >= pass_length(QUESTIONS[:1])
+    small = toy_model(max_positions=limit)
+    with pytest.raises(DecisionInputError, match="positions"):
+        decide(small, document, QUESTIONS, mode="joint")
+    auto = decide(small, document, QUESTIONS, mode="auto")
+    assert auto.mode == "joint" and [a.mode for a in auto.answers] == ["joint"] * 3
+    first = decide(small, document, QUESTIONS[:1], mode="joint")
+    rest = decide(small, document, QUESTIONS[1:], mode="joint")
+    assert _values(auto) == _values(first) + _values(rest)
+    roomy = decide(toy_model(max_positions=pass_length(QUESTIONS)), document, QUESTIONS,
+                   mode="auto")
+    assert roomy.mode == "joint"

@@ -150,7 +150,7 @@ def decide_many(
         return []
     prefix = len(requests) > 1
     parsed = [
-        _validate(r, ctx, config, f"requests.{i}." if prefix else "")
+        _validate(r, ctx, config, f"requests.{i}." if prefix else "", _max_positions(model))
         for i, r in enumerate(requests)
     ]
     with torch.inference_mode():
@@ -167,11 +167,17 @@ def check_request(
     pass lengths against the model), raising ``DecisionInputError``; decodes nothing."""
     config = config or EngineConfig()
     ctx = tokenizer_context(model.tokenizer)
-    _rows(model, ctx, [_validate(request, ctx, config, "")])
+    _rows(model, ctx, [_validate(request, ctx, config, "", _max_positions(model))])
+
+
+def _max_positions(model: Any) -> int:
+    return int(model.config.max_position_embeddings)
 
 
 
-def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str) -> _Request:
+def _validate(
+    raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str, max_positions: int
+) -> _Request:
     if isinstance(raw, dict):
         try:
             raw = DecisionRequest(**raw)
@@ -221,10 +227,12 @@ def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str)
     # as text: a document or question spelling "[MASK]", "<a1>" or "<doc>" must not put the
     # layout's special tokens where the layout has none
     encode = ctx.canonical_ids
+    document_ids = encode(document)
+    question_ids = [encode(q.text) for q in questions]
     return _Request(
-        document_ids=encode(document),
+        document_ids=document_ids,
         questions=questions,
-        question_ids=[encode(q.text) for q in questions],
+        question_ids=question_ids,
         automata=automata,
         mode=mode,
         threshold=float(threshold),
@@ -232,7 +240,8 @@ def _validate(raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str)
         return_probabilities=bool(raw.return_probabilities),
         commit=commit,
         score_options=score_options,
-        passes=_plan(mode, automata, config),
+        passes=_plan(mode, automata, config, max_positions - 1 - len(document_ids),
+                     [len(q) for q in question_ids]),
     )
 
 
@@ -278,9 +287,14 @@ def _questions(raw: Any, mode: str, where: str) -> list[Question]:
 
 
 def _plan(
-    mode: str, automata: list[TokenAutomaton], config: EngineConfig
+    mode: str, automata: list[TokenAutomaton], config: EngineConfig, room: int,
+    question_lengths: list[int],
 ) -> list[tuple[str, list[int]]]:
-    """Split a request's questions into joint and standalone passes."""
+    """Split a request's questions into joint and standalone passes.
+
+    ``auto`` fills a joint pass while its slots fit ``max_block_tokens`` and its questions and
+    slots fit ``room``, the model's positions left after the document (so a long document
+    with many questions takes more, smaller passes instead of being refused)."""
     indices = list(range(len(automata)))
     if mode == "joint":
         return [("joint", indices)]
@@ -288,17 +302,20 @@ def _plan(
         return [("standalone", [i]) for i in indices]
     passes: list[tuple[str, list[int]]] = []
     group: list[int] = []
-    used = 0
+    used = positions = 0
     for i, automaton in enumerate(automata):
         size = automaton.budget + 1  # the <ai> marker and the slot
         if size > config.max_block_tokens:
             passes.append(("standalone", [i]))
             continue
-        if len(group) == MAX_QUESTIONS or used + size > config.max_block_tokens:
+        needs = size + question_lengths[i] + 1  # and the <qi> marker and the question
+        if group and (len(group) == MAX_QUESTIONS or used + size > config.max_block_tokens
+                      or positions + needs > room):
             passes.append(("joint", group))
-            group, used = [], 0
+            group, used, positions = [], 0, 0
         group.append(i)
         used += size
+        positions += needs
     if group:
         passes.append(("joint", group))
     return sorted(passes, key=lambda p: p[1][0])
