@@ -251,6 +251,17 @@ BAD_REQUESTS: list[tuple[str, Any, int, str, str | None]] = [
      "options.threshold"),
     ("max_steps zero", _with(options={"max_steps": 0}), 422, "validation_error",
      "options.max_steps"),
+    # lax pydantic read these as 1.0, 0.5, 1 and True, where decide refuses them
+    ("threshold true", _with(options={"threshold": True}), 422, "validation_error",
+     "options.threshold"),
+    ("threshold a string", _with(options={"threshold": "0.5"}), 422, "validation_error",
+     "options.threshold"),
+    ("threshold NaN", _with(options={"threshold": float("nan")}), 422, "validation_error",
+     "options.threshold"),
+    ("max_steps true", _with(options={"max_steps": True}), 422, "validation_error",
+     "options.max_steps"),
+    ("return_probabilities a string", _with(options={"return_probabilities": "yes"}), 422,
+     "validation_error", "options.return_probabilities"),
     ("options not an object", _with(options="fast"), 422, "validation_error", "options"),
     ("unknown commit", _with(options={"commit": "slot"}), 422, "validation_error",
      "options.commit"),
@@ -297,6 +308,7 @@ MESSAGE_PARTS: dict[str, tuple[str, ...]] = {
     "duplicate question ids": ("duplicate",),
     "threshold zero": ("greater than 0",),
     "threshold above one": ("less than or equal to 1",),
+    "threshold NaN": ("finite",),
     "unknown answer type": ("colour",),
 }
 

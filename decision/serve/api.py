@@ -17,12 +17,13 @@ QuestionIn = Question
 
 
 class DecideOptions(BaseModel):
-    """Decoding options of one request."""
+    """Decoding options of one request. Strict types, as ``decide`` has them: ``true`` is not a
+    threshold of 1, nor ``"0.5"`` one of 0.5, nor ``"yes"`` a flag."""
 
     model_config = ConfigDict(extra="forbid")
 
     threshold: float = Field(
-        0.9, gt=0.0, le=1.0,
+        0.9, gt=0.0, le=1.0, strict=True, allow_inf_nan=False,
         description="Fix every masked token whose probability passes this (at least one a step).",
     )
     commit: Literal["answer", "token"] | None = Field(
@@ -32,13 +33,15 @@ class DecideOptions(BaseModel):
         "('answer').",
     )
     max_steps: int | None = Field(
-        None, ge=1, le=4096, description="At most this many denoising steps (None: as needed)."
+        None, ge=1, le=4096, strict=True,
+        description="At most this many denoising steps (None: as needed)."
     )
     return_probabilities: bool = Field(
-        False, description="Also return each option's probability (choice and boolean answers)."
+        False, strict=True,
+        description="Also return each option's probability (choice and boolean answers)."
     )
     score_options: bool = Field(
-        False,
+        False, strict=True,
         description="Answer choice and boolean questions by scoring every option with the "
         "chain rule over its tokens (averaged over two decoding orders) instead of denoising "
         "them; other questions are denoised first (those slots masked) and the options scored "
