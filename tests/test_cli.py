@@ -156,3 +156,16 @@ def test_decide_questions_file_not_utf8_exits_2(
                  "--model", str(tmp_path / "no-model")]) == 2
     err = capsys.readouterr().err
     assert "cannot read" in err and "q.json" in err
+
+
+def test_serve_refuses_a_bad_app_setting_before_it_loads_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad DECISION_XIANGQI_SEARCH was found only at the first model move (a 503)."""
+    monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "5")
+    assert main(["serve", "--model", str(tmp_path / "absent"), "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "DECISION_XIANGQI_SEARCH" in err and "cannot load" not in err
+    # without the apps their settings do not matter: it goes on to load the model
+    assert main(["serve", "--no-apps", "--model", str(tmp_path / "absent"), "--port", "1"]) == 2
+    assert "cannot load the model" in capsys.readouterr().err

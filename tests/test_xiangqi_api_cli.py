@@ -49,3 +49,22 @@ def test_terminal_game_ends_on_end_of_input() -> None:
     out = io.StringIO()
     assert run_play(args, io.StringIO(""), out, player_factory=FirstMovePlayer) == 0
     assert "model plays" in out.getvalue()  # the model (Red) opened before input ran out
+
+
+def test_a_bad_model_setting_exits_2_before_the_game_or_server_starts(
+    tmp_path, capsys, monkeypatch  # type: ignore[no-untyped-def]
+) -> None:
+    """A --model path without a checkpoint, or a bad DECISION_XIANGQI_SEARCH, failed only when
+    the model was first asked to move (a 503 from the server, a traceback in the terminal)."""
+    from decision.cli import main as decision_main
+
+    absent = str(tmp_path / "absent")
+    for argv in (["xiangqi", "play", "--model", absent],
+                 ["xiangqi", "serve", "--model", absent, "--port", "1"]):
+        assert decision_main(argv) == 2
+        err = capsys.readouterr().err
+        assert "DECISION_XIANGQI_MODEL (or --model)" in err and "absent" in err
+        assert "Xiangqi board at" not in err
+    monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "deep")
+    assert decision_main(["xiangqi", "play"]) == 2
+    assert "DECISION_XIANGQI_SEARCH" in capsys.readouterr().err

@@ -373,3 +373,16 @@ def test_an_unusable_search_margin_is_refused(model: Any, margin: float) -> None
     with pytest.raises(SystemExit) as exit_info:  # argparse: usage error, status 2
         evaluate_main(["match", "--opponent", "random", "--margin", str(margin)])
     assert exit_info.value.code == 2
+
+
+def test_check_player_setting(checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from apps.xiangqi.model_player import check_player_setting
+
+    for good in ("random", "greedy", "auto", "default", str(checkpoint)):
+        check_player_setting(good)
+    with pytest.raises(ValueError, match="model directory"):
+        check_player_setting("/nonexistent/checkpoint")
+    monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "4")
+    with pytest.raises(ValueError, match="DECISION_XIANGQI_SEARCH"):
+        check_player_setting(str(checkpoint))
+    check_player_setting("random")  # plays no search: the depth does not matter

@@ -29,7 +29,12 @@ from pydantic import BaseModel, Field
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import COLOR_NAMES, Move
 from apps.xiangqi.errors import IllegalMove
-from apps.xiangqi.model_player import Player, choose_move, player_from_setting
+from apps.xiangqi.model_player import (
+    Player,
+    check_player_setting,
+    choose_move,
+    player_from_setting,
+)
 from apps.xiangqi.store import GameNotFound, GameRecord, GameStore, PlayedMove, StaleGameError
 from decision.errors import DecisionError, DecisionInputError
 
@@ -338,6 +343,9 @@ class VersionRequest(BaseModel):
 
 
 router = APIRouter(route_class=_JsonErrorRoute, tags=["xiangqi"])
+# decision serve calls it before it starts: a bad DECISION_XIANGQI_* setting is an exit 2 there
+# rather than a 503 on the first model move
+check_settings = check_player_setting
 _default_lock = threading.Lock()
 
 

@@ -90,8 +90,10 @@ def run_play(
     player_factory: Callable[[], object] | None = None,
 ) -> int:
     """A game in the terminal: you type ICCS moves, the model answers for its side."""
-    from apps.xiangqi.model_player import choose_move, player_from_setting
+    from apps.xiangqi.model_player import check_player_setting, choose_move, player_from_setting
 
+    if player_factory is None:
+        check_player_setting(args.model)  # before the game, not at the model's first move
     inp = inp or sys.stdin
     out = out or sys.stdout
     board = Board(args.fen)
@@ -162,8 +164,9 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from apps.xiangqi.api import create_app
-    from apps.xiangqi.model_player import player_from_setting
+    from apps.xiangqi.model_player import check_player_setting, player_from_setting
 
+    check_player_setting(args.model)  # a bad setting: exit 2 now, not a 503 at the first move
     app = create_app(args.db, lambda: player_from_setting(args.model))
     print(f"Xiangqi board at http://{args.host}:{args.port}/xiangqi/", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port)

@@ -351,6 +351,22 @@ def player_from_setting(
     return _player(load_model(str(path), device=device), path.name or str(path), depth)
 
 
+def check_player_setting(setting: str | None = None, search: str | int | None = None) -> None:
+    """Refuse, before a server starts, settings that :func:`player_from_setting` would only fail
+    on at the first model move: a search depth outside 0-3, or a checkpoint path that is not a
+    model directory. Loads nothing (the model is loaded on the first model move)."""
+    value = (setting or os.environ.get(SETTING_ENV) or "auto").strip()
+    if value in ("random", "greedy"):
+        return
+    search_depth_setting(search)
+    if value not in ("auto", "default") and not _has_checkpoint(Path(value)):
+        raise DecisionInputError(
+            f"{SETTING_ENV} (or --model) must be auto, default, random, greedy or a model "
+            f"directory with a config.json, got {value!r}",
+            SETTING_ENV,
+        )
+
+
 def search_depth_setting(value: str | int | None = None) -> int:
     """The search depth to play with: ``value``, else ``$DECISION_XIANGQI_SEARCH``, else 3.
 

@@ -5,6 +5,8 @@ Demo apps plug in through ``APP_MODULES`` below: each listed module must expose
 - ``router``: a ``fastapi.APIRouter`` with its routes (included as is, with its own prefix);
 - optionally ``static_dir``: a ``pathlib.Path`` of static pages, mounted at ``static_url``
   (default ``/apps/<name>``, where ``<name>`` is the module's package, e.g. ``xiangqi``).
+- optionally ``check_settings``: a function ``decision serve`` calls before it starts; a
+  ``ValueError`` it raises (a bad environment setting of the app) stops the start with its message.
 
 A route that needs the model takes ``service: ServiceDep`` (``decision.serve.service``) and calls
 ``await service.decide(DecideBody(...))``: its requests share the worker, batches and metrics.
@@ -91,6 +93,14 @@ class _OutcomeMiddleware:
             metrics = self.service.metrics
             metrics.requests.inc(outcome=outcome)
             metrics.latency.observe(time.monotonic() - start, outcome=outcome)
+
+
+def check_app_settings(modules: list[str] | None = None) -> None:
+    """Run each app module's ``check_settings`` (raises ``ValueError`` on a bad setting)."""
+    for name in APP_MODULES if modules is None else modules:
+        check = getattr(importlib.import_module(name), "check_settings", None)
+        if check is not None:
+            check()
 
 
 def _mount_app_modules(app: FastAPI, modules: list[str]) -> None:

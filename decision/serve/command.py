@@ -58,10 +58,12 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from decision.serve.app import create_app, default_engine_factory
+    from decision.serve.app import check_app_settings, create_app, default_engine_factory
 
     try:
         settings = settings_from_args(args)
+        if settings.include_apps:
+            check_app_settings()
     except ValueError as exc:
         print(f"decision serve: {exc}", file=sys.stderr)
         return 2
