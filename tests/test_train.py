@@ -73,6 +73,12 @@ def test_rows_follow_the_layout_and_dependencies() -> None:
         assert text == row.meta["gold"][k]
         assert all(row.block_segments[j] == k + 1 for j in pos)
     assert slot_roles(group.questions[:1]) == [ROLE_PLAIN]
+    # text spelling a special token is text, as the decoder reads it (decision.joint.engine)
+    odd = replace(group, document=group.document + " [MASK] <a1> <doc>")
+    odd_row = enc.group_row(odd, [0], KIND_JOINT)
+    history = odd_row.history_ids
+    assert history.count(special.doc) == 1 and special.mask not in history
+    assert special.answers[0] not in history
     source = RowSource(cfg, tok)
     kinds = {source.row(i).kind for i in range(40)}
     assert KIND_DOCUMENT in kinds and KIND_JOINT in kinds

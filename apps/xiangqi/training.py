@@ -28,6 +28,7 @@ from apps.xiangqi.dataset import iter_games, start_board
 from apps.xiangqi.render import move_question, position_document
 from decision.errors import DecisionInputError
 from decision.joint.layout import build_layout
+from decision.schemas.compile import tokenizer_context
 from decision.tokenizer import SpecialIds, special_ids
 from decision.train.masking import ROLE_PLAIN
 from decision.train.rows import KIND_STANDALONE, Row
@@ -154,7 +155,7 @@ def slot_budget(
     for option in options:
         n = cache.get(option)
         if n is None:
-            n = cache[option] = len(tokenizer.encode(option, add_special_tokens=False).ids)
+            n = cache[option] = tokenizer_context(tokenizer).count_tokens(option)
         longest = max(longest, n)
     return longest
 
@@ -169,8 +170,7 @@ def encode_example(
 
     ``option_lengths``: a :func:`slot_budget` cache kept by the caller for this tokenizer.
     """
-    def encode(text: str) -> list[int]:
-        return tokenizer.encode(text, add_special_tokens=False).ids
+    encode = tokenizer_context(tokenizer).canonical_ids  # as the decoder encodes text
 
     budget = slot_budget(tokenizer, ex.question["answer"]["options"], option_lengths)
     layout = build_layout(

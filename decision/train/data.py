@@ -203,7 +203,8 @@ class Encoder:
         self._budgets: dict[str, int] = {}
 
     def ids(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        """``text`` as the decoder encodes it: "[MASK]" or "<a1>" in a document is text."""
+        return self.ctx.canonical_ids(text)
 
     def budget(self, answer: dict[str, Any]) -> int:
         """Slot length of an answer schema, exactly as the decoder computes it."""
