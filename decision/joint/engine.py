@@ -174,7 +174,6 @@ def _max_positions(model: Any) -> int:
     return int(model.config.max_position_embeddings)
 
 
-
 def _validate(
     raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str, max_positions: int
 ) -> _Request:
@@ -240,6 +239,7 @@ def _validate(
         return_probabilities=bool(raw.return_probabilities),
         commit=commit,
         score_options=score_options,
+        # the room after <doc> and the document (decision.joint.layout.build_layout)
         passes=_plan(mode, automata, config, max_positions - 1 - len(document_ids),
                      [len(q) for q in question_ids]),
     )
@@ -325,7 +325,7 @@ def _plan(
 
 
 def _rows(model: Any, ctx: TokenizerContext, requests: list[_Request]) -> list[_Row]:
-    limit = int(model.config.max_position_embeddings)
+    limit = _max_positions(model)
     rows: list[_Row] = []
     for r, req in enumerate(requests):
         for kind, picked in req.passes:
