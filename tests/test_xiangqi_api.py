@@ -372,3 +372,23 @@ def test_model_that_cannot_load_is_503_and_changes_nothing(db: Path) -> None:
         assert "no default model" in r.json()["error"]["message"]
     assert attempts == 2
     assert client.get(f"{GAMES}/{g['id']}").json()["version"] == g["version"]
+
+
+def test_the_xiangqi_only_app_answers_every_error_as_json(tmp_path: Path) -> None:
+    """``decision xiangqi serve`` had no app-wide handlers: an unknown path was FastAPI's
+    ``{"detail": ...}`` and a failing player a plain-text 500."""
+
+    class Failing:
+        def choose(self, board: Board) -> Move:
+            raise RuntimeError("the player broke")
+
+    client = TestClient(create_app(tmp_path / "games.sqlite3", Failing()),
+                        raise_server_exceptions=False)
+    game = client.post(GAMES, json={"model_side": "red"}).json()
+    r = client.post(f"{GAMES}/{game['id']}/model-move")
+    assert r.status_code == 500 and r.json()["error"]["type"] == "internal_error"
+    r = client.get("/api/xiangqi/nowhere")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+    r = client.put(GAMES)
+    assert r.status_code == 405 and r.json()["error"]["type"] == "method_not_allowed"
+    assert client.get(f"{GAMES}/{game['id']}").json()["moves"] == []  # nothing half-played

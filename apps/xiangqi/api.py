@@ -37,6 +37,7 @@ from apps.xiangqi.model_player import (
 )
 from apps.xiangqi.store import GameNotFound, GameRecord, GameStore, PlayedMove, StaleGameError
 from decision.errors import DecisionError, DecisionInputError
+from decision.serve.errors import install_error_handlers
 
 # The service mounts ``static_dir`` at ``static_url`` (decision.serve.app): the web board.
 static_dir = Path(__file__).resolve().parent / "static"
@@ -421,6 +422,9 @@ def create_app(
 ) -> FastAPI:
     """A FastAPI app with only the Xiangqi routes (tests, or ``decision xiangqi serve``)."""
     app = FastAPI(title="Xiangqi against the decision model")
+    # the service's JSON error shape for what the routes do not answer themselves: an unknown
+    # path or method, an unexpected failure (a plain-text 500 before)
+    install_error_handlers(app)
     app.include_router(router)
     app.mount(static_url, StaticFiles(directory=static_dir, html=True), name="xiangqi:static")
     configure(app, GameStore(db_path), player if player is not None else player_from_setting)
