@@ -322,6 +322,14 @@ def _has_checkpoint(path: Path) -> bool:
 _UNTRAINED = "default-model (untrained on xiangqi)"
 
 
+_BASELINES = ("random", "greedy")  # the rules engine's players: no model, no search
+
+
+def _setting_value(setting: str | None) -> str:
+    """The player setting in force: ``setting``, else ``$DECISION_XIANGQI_MODEL``, else auto."""
+    return (setting or os.environ.get(SETTING_ENV) or "auto").strip()
+
+
 def player_from_setting(
     setting: str | None = None, device: str = "cpu", service: Any = None,
     search: str | int | None = None,
@@ -332,8 +340,8 @@ def player_from_setting(
     already loaded (through :class:`ServiceModel`) instead of a second copy. ``search``: the
     search depth (see :func:`search_depth_setting`).
     """
-    value = (setting or os.environ.get(SETTING_ENV) or "auto").strip()
-    if value in ("random", "greedy"):
+    value = _setting_value(setting)
+    if value in _BASELINES:
         from apps.xiangqi import players
 
         return players.GreedyPlayer() if value == "greedy" else players.RandomPlayer()
@@ -355,8 +363,8 @@ def check_player_setting(setting: str | None = None, search: str | int | None = 
     """Refuse, before a server starts, settings that :func:`player_from_setting` would only fail
     on at the first model move: a search depth outside 0-3, or a checkpoint path that is not a
     model directory. Loads nothing (the model is loaded on the first model move)."""
-    value = (setting or os.environ.get(SETTING_ENV) or "auto").strip()
-    if value in ("random", "greedy"):
+    value = _setting_value(setting)
+    if value in _BASELINES:
         return
     search_depth_setting(search)
     if value not in ("auto", "default") and not _has_checkpoint(Path(value)):

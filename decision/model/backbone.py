@@ -357,9 +357,11 @@ def _cache_mismatch(got: LayerCache, expected: LayerCache) -> str | None:
                 f"{name} is {have.dtype} on {have.device}; the model needs {want.dtype} "
                 f"on {want.device}"
             )
-        fixed = slice(1, 2) if isinstance(got, AttentionCache) else slice(1, None)
-        if have.dim() != want.dim() or have.shape[fixed] != want.shape[fixed] or (
-            isinstance(got, AttentionCache) and have.shape[3] != want.shape[3]
+        free = (0, 2) if isinstance(got, AttentionCache) else (0,)  # rows; attention: positions
+        if have.dim() != want.dim() or any(
+            a != b
+            for d, (a, b) in enumerate(zip(have.shape, want.shape, strict=True))
+            if d not in free
         ):
             return f"{name} has shape {tuple(have.shape)}, unlike the model's {tuple(want.shape)}"
     return None

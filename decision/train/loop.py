@@ -309,6 +309,7 @@ def config_changes(saved_path: Path, cfg: TrainConfig) -> list[str]:
                 out[f"{prefix}{key}"] = value
         return out
 
+    # through JSON as the saved file went, so tuples compare equal to the lists read back
     before, now = flat(saved), flat(json.loads(json.dumps(cfg.to_dict())))
     return [
         f"{key} {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
