@@ -22,7 +22,7 @@ from decision.schemas import (
     tokenizer_context,
 )
 from decision.schemas.compile import compile_regex
-from decision.schemas.json_subset import validate
+from decision.schemas.json_subset import json_regex, validate
 from decision.schemas.ranges import integer_range_regex
 from decision.schemas.regex_guard import check_regex
 from decision.tokenizer import train_tokenizer
@@ -252,6 +252,21 @@ def test_json_bounds_still_enforced(ctx) -> None:
     ids = [ctx.by_bytes[bytes([b])][0] for b in b'"ab"']
     assert not _accepts(automaton, ids + [ctx.special.eos] * 4)
     assert _accepts(automaton, ids[:2] + ids[3:] + [ctx.special.eos] * 4)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"type": "number"},
+     {"type": "object", "properties": {"x": {"type": "array", "items": {"type": "number"}}}}],
+)
+def test_json_numbers_parse_finite(schema) -> None:
+    # outlines-core allows any exponent: "1e+999" would parse to infinity
+    pattern = re.compile(json_regex(schema))
+    wrap = (lambda n: n) if schema["type"] == "number" else (lambda n: f'{{"x":[{n}]}}')
+    for number in ["1e+999", "1E-400", "-2.5e+100"]:
+        assert not pattern.fullmatch(wrap(number)), number
+    for number in ["1e+99", "-0.25E-7", "12", "3.5"]:
+        assert pattern.fullmatch(wrap(number)), number
 
 
 @pytest.mark.parametrize("regex", ["(yes|no)?", "[0-9]*", "()", "a{0,2}", "x|"])

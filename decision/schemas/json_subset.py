@@ -36,6 +36,13 @@ MAX_DEPTH = 4
 # bounds outlines-core reads only when they are JSON integers (other values it silently ignores)
 _BOUNDS = (("minItems", "maxItems"), ("minLength", "maxLength"))
 
+# outlines-core's number regex allows any exponent: "1e+999" parses to infinity (null over HTTP)
+# and "1e-999" to 0. Two exponent digits keep a number of the slot's at most 256 one-digit
+# tokens finite unless its integer part alone has more than 209 digits. (Bounding the integer
+# part's digits too makes outlines-core's index take minutes.)
+_FINITE_EXPONENT = r"[eE][+-][0-9]{1,2})"
+_UNBOUNDED_EXPONENT = r"[eE][+-][0-9]+)"
+
 
 def check_schema(schema: Any, field: str, depth: int = 0) -> None:
     """Raise ``SchemaError`` unless ``schema`` is in the supported subset."""
@@ -125,9 +132,10 @@ def json_regex(schema: dict[str, Any], field: str = "answer.schema") -> str:
     """The regex of JSON texts valid under ``schema`` (compact whitespace)."""
     check_schema(schema, field)
     try:
-        return build_regex_from_schema(json.dumps(schema), whitespace_pattern=r"[ ]?")
+        regex = build_regex_from_schema(json.dumps(schema), whitespace_pattern=r"[ ]?")
     except Exception as exc:  # outlines-core raises ValueError/TypeError subclasses
         raise SchemaError(f"outlines-core cannot build a regex: {exc}", field) from exc
+    return regex.replace(_UNBOUNDED_EXPONENT, _FINITE_EXPONENT)
 
 
 def validate(value: Any, schema: dict[str, Any]) -> bool:
