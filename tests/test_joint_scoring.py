@@ -80,6 +80,19 @@ def test_equals_the_naive_chain_rule(problem) -> None:
         assert bool((got >= 0).all())
 
 
+@settings(max_examples=40, deadline=None)
+@given(problems())
+def test_a_rows_forwards_do_not_depend_on_its_batch(problem) -> None:
+    # a level split into several calls by max_rows is still one step of every row in it
+    blocks, slots, orders, seed, max_rows = problem
+    denoise, _ = context_denoiser(seed)
+    together = score_options(denoise, blocks, slots, orders, max_rows=max_rows).row_forwards
+    for row in range(blocks.shape[0]):
+        own = [slot for slot in slots if slot.row == row]
+        alone = score_options(denoise, blocks, own, orders).row_forwards
+        assert int(together[row]) == int(alone[row]) <= max(s.length for s in own)
+
+
 def test_forwards_one_per_level_and_none_where_nothing_differs() -> None:
     denoise, calls = context_denoiser(0)
     blocks = torch.full((1, 6), MASK, dtype=torch.long)

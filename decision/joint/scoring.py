@@ -53,7 +53,7 @@ class SlotOptions:
 @dataclass(frozen=True)
 class ScoredOptions:
     """Per slot, the option probabilities (mixture over ``orders``); per batch row, the
-    forwards it took part in."""
+    batched forwards (token levels) it took part in."""
 
     probabilities: list[torch.Tensor]
     row_forwards: torch.Tensor
@@ -118,6 +118,9 @@ def score_options(
     depth = max((slot.length for slot in slots), default=0)
     for level in range(depth):
         queries = _queries(slots, perms, level)
+        # one batched forward per level, however many calls ``max_rows`` splits it into: a
+        # row's count depends on its own slots only, not on the batch it shares
+        row_forwards[sorted({slots[q.slot].row for q in queries})] += 1
         for begin in range(0, len(queries), max_rows):
             part = queries[begin : begin + max_rows]
             rows = torch.tensor([slots[q.slot].row for q in part], dtype=torch.long)
@@ -136,7 +139,6 @@ def score_options(
                 sequences, here = slots[q.slot].sequences, perms[q.slot][q.order][level]
                 for m in q.members:
                     logp[q.slot][q.order, m] += by_token[sequences[m][here]]
-            row_forwards[rows.unique()] += 1
     probabilities = [lp.exp().mean(0).float() for lp in logp]
     return ScoredOptions(probabilities, row_forwards)
 
