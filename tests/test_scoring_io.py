@@ -87,6 +87,8 @@ def test_malformed_row_is_skipped_with_its_line_or_stops_when_strict(
     assert len(problems) == 1
     assert problems[0].line == 6  # header 1, good 2, multi 3-5, bad row 6
     assert reason in problems[0].reason
+    # the line is said once, by the reader (the CLI prints "in.csv:6: skipped: <reason>")
+    assert "line" not in problems[0].reason and not problems[0].reason.startswith("gold:")
     assert [g.group_id for g in groups] == ["ok", "m"]
     assert len(groups[0].questions) == 2  # the good row after the bad one is kept
     with pytest.raises(DecisionInputError, match=r"in\.csv:6: "):

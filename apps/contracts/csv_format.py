@@ -109,33 +109,43 @@ def write_groups(groups: Iterable[GroupLike], path: str | Path) -> int:
     return rows
 
 
-def schema_from_cells(answer_type: str, options_cell: str, where: str = "row") -> dict[str, Any]:
+def _cell_error(where: str | None, cell: str, message: str) -> DecisionInputError:
+    """An error about ``cell`` of the row ``where`` names (None: the caller names the row)."""
+    if where is None:
+        return DecisionInputError(message, cell)
+    return DecisionInputError(f"{where}: {message}", f"{where}.{cell}")
+
+
+def schema_from_cells(answer_type: str, options_cell: str,
+                      where: str | None = "row") -> dict[str, Any]:
     """The answer schema dict from the ``answer_type`` and ``options`` cells."""
     try:
         options = json.loads(options_cell) if options_cell.strip() else {}
     except json.JSONDecodeError as exc:
-        raise DecisionInputError(f"{where}: options is not JSON ({exc.msg})",
-                                 f"{where}.options") from None
+        raise _cell_error(where, "options", f"options is not JSON ({exc.msg})") from None
     if answer_type == "choice":
         if not isinstance(options, list) or not options or not all(
                 isinstance(o, str) for o in options):
-            raise DecisionInputError(f"{where}: choice options must be a non-empty JSON list of "
-                                     "strings", f"{where}.options")
+            raise _cell_error(where, "options",
+                              "choice options must be a non-empty JSON list of strings")
         return {"type": "choice", "options": options}
     if not isinstance(options, dict):
-        raise DecisionInputError(f"{where}: options for {answer_type!r} must be a JSON object",
-                                 f"{where}.options")
+        raise _cell_error(where, "options",
+                          f"options for {answer_type!r} must be a JSON object")
     if "type" in options:
-        raise DecisionInputError(f"{where}: options must not repeat the type", f"{where}.options")
+        raise _cell_error(where, "options", "options must not repeat the type")
     return {"type": answer_type, **options}
 
 
-def parse_gold(text: str, answer: dict[str, Any], where: str = "gold") -> Any:
-    """The typed gold value of a gold cell under its schema (None for an empty cell)."""
+def parse_gold(text: str, answer: dict[str, Any], where: str | None = "gold") -> Any:
+    """The typed gold value of a gold cell under its schema (None for an empty cell);
+    ``where`` prefixes errors and is their field (None: field ``gold``, no prefix)."""
     if text == "":
         return None
     kind = answer["type"]
-    bad = DecisionInputError(f"{where}: gold {text!r} does not fit a {kind} answer", where)
+    field = where or "gold"
+    prefix = f"{where}: " if where else ""
+    bad = DecisionInputError(f"{prefix}gold {text!r} does not fit a {kind} answer", field)
     if kind == "choice":
         if text not in answer["options"]:
             raise bad
@@ -151,7 +161,7 @@ def parse_gold(text: str, answer: dict[str, Any], where: str = "gold") -> Any:
             raise bad from None
         low, high = answer.get("minimum"), answer.get("maximum")
         if (low is not None and value < low) or (high is not None and value > high):
-            raise DecisionInputError(f"{where}: gold {value} is outside [{low}, {high}]", where)
+            raise DecisionInputError(f"{prefix}gold {value} is outside [{low}, {high}]", field)
         return value
     if kind == "number":
         try:
@@ -166,7 +176,7 @@ def parse_gold(text: str, answer: dict[str, Any], where: str = "gold") -> Any:
     return text
 
 
-def resolve_document(cell: str, base: Path, where: str = "row") -> str:
+def resolve_document(cell: str, base: Path, where: str | None = "row") -> str:
     """The document of a cell: inline text, ``@path`` read relative to ``base``, ``@@`` escape."""
     if cell.startswith("@@"):
         return cell[1:]
@@ -175,8 +185,8 @@ def resolve_document(cell: str, base: Path, where: str = "row") -> str:
         try:
             return target.read_text(encoding="utf-8")
         except OSError as exc:
-            raise DecisionInputError(f"{where}: cannot read document file {cell[1:]!r} "
-                                     f"({exc.strerror})", f"{where}.document") from None
+            raise _cell_error(where, "document", f"cannot read document file {cell[1:]!r} "
+                                                 f"({exc.strerror})") from None
     return cell
 
 

@@ -133,11 +133,10 @@ def _add_row(
     groups: dict[str, InputGroup], folder: Path, line: int, group_id: str,
     cells: dict[str, str],
 ) -> None:
-    where = f"line {line}"
     if not group_id:
         raise DecisionInputError("group_id is empty", "group_id")
     group = groups.get(group_id)
-    document = _document(cells["document"], folder, where) if cells["document"] else ""
+    document = _document(cells["document"], folder, None) if cells["document"] else ""
     if group is None:
         if not document.strip():
             raise DecisionInputError("the first row of a group must carry the document",
@@ -149,7 +148,7 @@ def _add_row(
         raise DecisionInputError(
             f"document differs from the group's first row (line {group.line})", "document"
         )
-    schema = _schema(cells["answer_type"].strip(), cells["options"], where)
+    schema = _schema(cells["answer_type"].strip(), cells["options"], None)
     try:
         question = Question.model_validate(
             {"id": cells["question_id"].strip(), "text": cells["question"], "answer": schema}
@@ -163,5 +162,5 @@ def _add_row(
         raise DecisionInputError(f"duplicate question_id {question.id!r} in the group",
                                  "question_id")
     gold_text = cells.get("gold") or None
-    gold = parse_gold(gold_text, schema, "gold") if gold_text is not None else None
+    gold = parse_gold(gold_text, schema, None) if gold_text is not None else None
     group.questions.append(ScoredQuestion(line, question, gold_text, gold))
