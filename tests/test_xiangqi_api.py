@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from apps.xiangqi import Board, Move
-from apps.xiangqi.api import GameService, create_app
+from apps.xiangqi.api import GameService, create_app, service_for
 from apps.xiangqi.store import GameStore
 from decision.serve.testing import running_server
 
@@ -319,7 +319,8 @@ def test_concurrent_moves_on_one_game_never_corrupt_it(live_server: str) -> None
 
         with ThreadPoolExecutor(16) as pool:
             codes = list(pool.map(play, red_moves[:16]))
-        assert codes.count(200) == 1 and set(codes) <= {200, 422}, codes
+        # (409: game_busy, another opening was being played at that moment)
+        assert codes.count(200) == 1 and set(codes) <= {200, 409, 422}, codes
         state = http.get(f"{GAMES}/{gid}").json()
         assert len(state["moves"]) == 1 and state["turn"] == "black" and state["version"] == 2
 
@@ -341,6 +342,42 @@ def test_concurrent_moves_on_one_game_never_corrupt_it(live_server: str) -> None
     for m in final["moves"]:
         board.push_iccs(m["iccs"])  # the stored game is a legal sequence
     assert board.fen() == final["fen"]
+
+
+def test_a_burst_on_one_busy_game_never_stalls_another_game(db: Path) -> None:
+    """A request on a game another request is changing is answered 409 ``game_busy`` at once:
+    it used to wait for the game's lock inside one of the server's route threads, so a burst on
+    one game took every thread and requests on other games stalled behind it. The route threads
+    are shrunk to 2 here, so 4 requests waiting on one game would show it."""
+    import anyio.to_thread
+
+    app = create_app(db, FirstMovePlayer())
+
+    @app.post("/test/route-threads/{n}")
+    async def route_threads(n: int) -> None:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = n
+
+    with running_server(app) as base, httpx.Client(base_url=base, timeout=5) as http:
+        busy, other = (http.post(GAMES, json={"model_side": "none"}).json() for _ in range(2))
+        http.post("/test/route-threads/2").raise_for_status()
+
+        def play(game_id: str) -> httpx.Response:
+            with httpx.Client(base_url=base, timeout=5) as client:
+                return client.post(f"{GAMES}/{game_id}/moves", json={"move": "h2e2"})
+
+        with service_for(app).store.locked(busy["id"]):  # a slow change of that game runs
+            with ThreadPoolExecutor(4) as pool:
+                burst = list(pool.map(play, [busy["id"]] * 4))
+            elsewhere = play(other["id"])
+        for r in burst:
+            assert r.status_code == 409, r.text
+            err = r.json()["error"]
+            assert err["type"] == "game_busy" and err["field"] == "game_id"
+            assert "busy" in err["message"]
+        assert elsewhere.status_code == 200, elsewhere.text
+        # Refused, not queued: nothing was played on the busy game; once free it plays.
+        assert http.get(f"{GAMES}/{busy['id']}").json()["version"] == busy["version"]
+        assert play(busy["id"]).status_code == 200
 
 
 def test_web_board_is_served(live_server: str) -> None:

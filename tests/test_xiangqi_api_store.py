@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from apps.xiangqi.store import (
+    GameBusy,
     GameNotFound,
     GameStore,
     PlayedMove,
@@ -79,21 +80,15 @@ def test_default_path_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert store.path.parent.is_dir()
 
 
-
-def test_one_lock_per_game_serialises_that_game_only(tmp_path: Path) -> None:
-    """Requests on one game wait for each other; another game's lock is free meanwhile; the
-    lock of a game nobody is using is forgotten (the registry does not grow with the games)."""
+def test_one_lock_per_game_refuses_a_second_change_of_that_game_only(tmp_path: Path) -> None:
+    """A request on a game whose lock is held is refused at once (nobody waits for a lock);
+    every other game's lock is free meanwhile; the lock of a game nobody is changing is
+    forgotten (the registry does not grow with the games)."""
     store = GameStore(tmp_path / "g.sqlite3")
-    entered = threading.Event()
-
-    def second_on_a() -> None:
-        with store.locked("a"):
-            entered.set()
-
-    waiter = threading.Thread(target=second_on_a)
     with store.locked("a"):
-        waiter.start()
-        assert not entered.wait(0.2)  # the same game: it waits
+        with pytest.raises(GameBusy, match="'a' is busy"):
+            with store.locked("a"):
+                pass
         done = threading.Event()
 
         def other_games() -> None:
@@ -104,6 +99,6 @@ def test_one_lock_per_game_serialises_that_game_only(tmp_path: Path) -> None:
 
         threading.Thread(target=other_games, daemon=True).start()
         assert done.wait(5), "another game waited for the lock of game 'a'"
-    assert entered.wait(5)
-    waiter.join()
-    assert store._locks == {}
+    with store.locked("a"):  # free again once released
+        pass
+    assert store._busy == set()

@@ -4,18 +4,20 @@
 service includes it and serves ``static_dir`` (the web board) at ``static_url`` = ``/xiangqi``.
 :class:`GameService` does the work without HTTP: every change runs under the game's lock and is
 saved with a version compare-and-swap (see :mod:`apps.xiangqi.store`), so concurrent requests on
-one game never corrupt it.
+one game never corrupt it. A change of a game whose lock another request holds is refused (409
+``game_busy``) rather than waiting, so no route thread ever waits for a lock.
 
 Errors are JSON ``{"error": {"type", "message", "field", "legal_moves"?}}``: 404 unknown game,
-409 a move out of turn / on a finished game / on a stale version, 422 bad input (illegal move,
-malformed FEN, bad field).
+409 a move out of turn / on a finished game / on a stale version / on a busy game, 422 bad input
+(illegal move, malformed FEN, bad field).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,7 +37,14 @@ from apps.xiangqi.model_player import (
     choose_move,
     player_from_setting,
 )
-from apps.xiangqi.store import GameNotFound, GameRecord, GameStore, PlayedMove, StaleGameError
+from apps.xiangqi.store import (
+    GameBusy,
+    GameNotFound,
+    GameRecord,
+    GameStore,
+    PlayedMove,
+    StaleGameError,
+)
 from decision.errors import DecisionError, DecisionInputError
 from decision.serve.errors import install_error_handlers
 
@@ -144,6 +153,16 @@ class GameService:
                     ) from None
             return self._player
 
+    @contextmanager
+    def _changing(self, game_id: str) -> Iterator[None]:
+        """The game's lock for one change; held by another request -> 409 ``game_busy``."""
+        with ExitStack() as held:
+            try:
+                held.enter_context(self.store.locked(game_id))
+            except GameBusy as e:
+                raise GameApiError(409, "game_busy", str(e), "game_id") from None
+            yield
+
     def _get(self, game_id: str) -> GameRecord:
         try:
             return self.store.get(game_id)
@@ -206,7 +225,7 @@ class GameService:
 
     def move(self, game_id: str, text: str, version: int | None = None) -> dict[str, Any]:
         """Play a human move (ICCS). Out of turn or finished -> 409; illegal -> 422."""
-        with self.store.locked(game_id):
+        with self._changing(game_id):
             record = self._get(game_id)
             self._check_version(record, version)
             board = replay(record)
@@ -234,7 +253,7 @@ class GameService:
 
     def model_move(self, game_id: str, version: int | None = None) -> dict[str, Any]:
         """Let the model play the side to move (its side, or either side when it plays none)."""
-        with self.store.locked(game_id):
+        with self._changing(game_id):
             record = self._get(game_id)
             self._check_version(record, version)
             board = replay(record)
@@ -266,7 +285,7 @@ class GameService:
     def undo(self, game_id: str, version: int | None = None) -> dict[str, Any]:
         """Take back the last move; against the model, take back its reply too so that it is
         the human's turn again. Nothing to undo -> 409."""
-        with self.store.locked(game_id):
+        with self._changing(game_id):
             record = self._get(game_id)
             self._check_version(record, version)
             if not record.moves:

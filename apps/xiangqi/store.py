@@ -5,9 +5,10 @@ the current position is always a replay of legal moves and a restart of the serv
 
 Concurrency has two layers:
 
-* in one process, a per-game lock (created on first use, dropped when no request holds or awaits
-  it) serialises read-compute-write on a game, so two requests on one game never interleave while
-  requests on different games (a slow model move included) never wait for each other;
+* in one process, a per-game lock makes read-compute-write on a game exclusive: a second request
+  on a game that one is still changing is refused at once (:class:`GameBusy`) instead of waiting,
+  so two requests on one game never interleave, nothing ever waits for a lock (a burst on one game
+  holds no server threads), and requests on different games never wait for each other;
 * across processes (or two app instances on the same file), every write is a compare-and-swap on
   the ``version`` column inside a ``BEGIN IMMEDIATE`` transaction: a write whose base version is
   stale is refused with :class:`StaleGameError` instead of overwriting the other writer's move.
@@ -95,14 +96,15 @@ class GameRecord:
         )
 
 
-class _GameLock:
-    """One game's lock and how many requests hold or await it (so it can be forgotten)."""
+class GameBusy(RuntimeError):
+    """Another request of this process is changing the game right now (it holds its lock)."""
 
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.users = 0
+    def __init__(self, game_id: str) -> None:
+        super().__init__(
+            f"game {game_id!r} is busy: another request on it (a move, the model's move or an "
+            "undo) is still running; reload the game and try again"
+        )
+        self.game_id = game_id
 
 
 def default_db_path() -> Path:
@@ -125,8 +127,8 @@ class GameStore:
     def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout_s: float = 30.0):
         self.path = Path(path) if path is not None else default_db_path()
         self.timeout_s = timeout_s
-        self._locks: dict[str, _GameLock] = {}  # guarded by _locks_guard
-        self._locks_guard = threading.Lock()
+        self._busy: set[str] = set()  # ids of the games being changed; guarded by _busy_guard
+        self._busy_guard = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
             # WAL lets readers run while a writer commits; it is a property of the file.
@@ -152,22 +154,21 @@ class GameStore:
 
     @contextmanager
     def locked(self, game_id: str) -> Iterator[None]:
-        """Hold the in-process lock of one game (read, compute, then :meth:`save` under it).
+        """Hold the in-process lock of one game (read, compute, then :meth:`save` under it), or
+        raise :class:`GameBusy` at once when another request holds it: nobody waits for a lock.
 
-        Each game has its own lock, so a slow model move on one game never delays another; the
-        lock is forgotten once no request holds or awaits it.
+        Each game has its own lock, so a slow model move on one game never delays another; a
+        game's lock exists only while it is held.
         """
-        with self._locks_guard:
-            entry = self._locks.setdefault(game_id, _GameLock())
-            entry.users += 1
+        with self._busy_guard:
+            if game_id in self._busy:
+                raise GameBusy(game_id)
+            self._busy.add(game_id)
         try:
-            with entry.lock:
-                yield
+            yield
         finally:
-            with self._locks_guard:
-                entry.users -= 1
-                if entry.users == 0:
-                    del self._locks[game_id]
+            with self._busy_guard:
+                self._busy.discard(game_id)
 
     def create(self, start_fen: str, model_side: str) -> GameRecord:
         """Store a new game with no moves and return it."""
