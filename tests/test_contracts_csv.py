@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from apps.contracts import generate_group
-from apps.contracts.csv_format import HEADER, CsvGroup, CsvQuestion, read_groups, write_groups
+from apps.contracts.csv_format import (
+    HEADER,
+    CsvGroup,
+    CsvQuestion,
+    parse_gold,
+    read_groups,
+    write_groups,
+)
 from decision.errors import DecisionInputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,3 +179,11 @@ def test_json_gold_round_trips_as_json(tmp_path: Path) -> None:
     path = tmp_path / "json.csv"
     write_groups([group], path)
     assert read_groups(path) == [group]
+
+
+@pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-Infinity", "1e999"])
+def test_number_gold_must_be_finite(text: str) -> None:
+    """nan never equals a prediction and 1e999 is infinity: such a gold is malformed."""
+    with pytest.raises(DecisionInputError, match="does not fit a number answer"):
+        parse_gold(text, {"type": "number"})
+    assert parse_gold("2.5e3", {"type": "number"}) == 2500.0

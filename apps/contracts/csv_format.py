@@ -6,8 +6,9 @@ Header (exactly): ``group_id,document,question_id,question,answer_type,options,g
 - ``options``: JSON. For ``choice`` the list of options; for other types an object with the
   schema's remaining fields (``{"minimum": 0, "maximum": 500}``; ``{}`` for boolean).
 - ``gold``: the answer as text (choice: the option; boolean: ``true``/``false``; integer: decimal;
-  json: the value as JSON, a string with its quotes); empty when unknown (an input to score
-  without gold). The ``gold`` column may be left out.
+  number: a finite decimal, not ``nan`` or ``1e999``; json: the value as JSON, a string with its
+  quotes); empty when unknown (an input to score without gold). The ``gold`` column may be left
+  out.
 - ``document``: the document inline, or ``@relative/path.txt`` to read a file relative to the
   CSV's folder (``@@`` escapes a document that itself starts with ``@``). Rows after a group's
   first may leave it empty; a non-empty cell must repeat the same document.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,9 +167,12 @@ def parse_gold(text: str, answer: dict[str, Any], where: str | None = "gold") ->
         return value
     if kind == "number":
         try:
-            return float(text)
+            number = float(text)
         except ValueError:
             raise bad from None
+        if not math.isfinite(number):  # nan equals nothing; 1e999 is infinity
+            raise bad
+        return number
     if kind == "json":
         try:
             return json.loads(text)
