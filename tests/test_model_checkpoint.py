@@ -197,3 +197,26 @@ def test_an_unusable_device_is_one_clear_error(saved: Path, device: str, words: 
         pytest.skip("this machine has a GPU")
     with pytest.raises(CheckpointError, match=words):
         checkpoint.load_model(saved, device=device)
+
+
+@pytest.mark.parametrize("edit", ["num_hidden_layers", "dtype", "device", "tokenizer"])
+def test_every_load_error_names_the_directory(saved: Path, edit: str) -> None:
+    """DecisionConfig's own checks said only "config.json: ...", an unknown dtype or device and
+    a model without tokenizer.json (decision serve) did not say which model."""
+    from decision.errors import DecisionInputError
+    from decision.serve.engine import ModelEngine
+
+    kwargs: dict[str, object] = {}
+    if edit == "num_hidden_layers":
+        cfg = json.loads((saved / "config.json").read_text())
+        cfg["num_hidden_layers"] = 0
+        (saved / "config.json").write_text(json.dumps(cfg))
+    elif edit == "dtype":
+        kwargs["dtype"] = "float8"
+    elif edit == "device":
+        kwargs["device"] = "banana"
+    error = DecisionInputError if edit == "tokenizer" else CheckpointError
+    with pytest.raises(error) as err:
+        ModelEngine.load(str(saved), **kwargs) if edit == "tokenizer" else (
+            decision.load_model(saved, **kwargs))
+    assert str(saved) in str(err.value)

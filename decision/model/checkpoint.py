@@ -288,6 +288,11 @@ def read_config(directory: Path) -> DecisionConfig:
         return DecisionConfig.from_dict(raw, source=str(file))
     except TypeError as exc:  # a field of the wrong type
         raise CheckpointError(f"{file}: invalid field ({exc})") from None
+    except CheckpointError as exc:  # DecisionConfig.validate names only "config.json"
+        message = str(exc)
+        if not message.startswith(str(file)):
+            message = f"{file}: {message.removeprefix('config.json: ')}"
+        raise CheckpointError(message) from None
 
 
 def _resolve_dtype(
@@ -338,7 +343,6 @@ def load_model(
     Block-path parameters absent from the checkpoint keep their neutral initial values; their
     names are logged and kept in ``model.missing_block_params``.
     """
-    device = usable_device(device)
     if path is None:
         if not DEFAULT_MODEL_DIR.is_dir():
             raise CheckpointError(
@@ -346,12 +350,19 @@ def load_model(
             )
         path = DEFAULT_MODEL_DIR
     directory = Path(path)
+    try:
+        device = usable_device(device)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{directory}: {exc}") from None
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a checkpoint directory")
     config = read_config(directory)
     with ExitStack() as stack:
         tensors = _Tensors(directory, stack)
-        target = _resolve_dtype(dtype, tensors.float_dtype(), torch.device(device))
+        try:
+            target = _resolve_dtype(dtype, tensors.float_dtype(), torch.device(device))
+        except CheckpointError as exc:
+            raise CheckpointError(f"{directory}: {exc}") from None
         model = DecisionModel(config)
         sources = _sources(tensors, config)
         missing_block = _fill(model, sources, directory, set(tensors.where.values()))

@@ -35,7 +35,8 @@ class ModelEngine:
         from decision.joint.engine import EngineConfig
 
         if model.tokenizer is None:
-            raise DecisionInputError("the model has no tokenizer (tokenizer.json)", "model")
+            where = f"{path}: " if path else ""
+            raise DecisionInputError(f"{where}the model has no tokenizer (tokenizer.json)", "model")
         self.model = model
         self.name = name
         self.path = path
