@@ -187,3 +187,11 @@ def test_number_gold_must_be_finite(text: str) -> None:
     with pytest.raises(DecisionInputError, match="does not fit a number answer"):
         parse_gold(text, {"type": "number"})
     assert parse_gold("2.5e3", {"type": "number"}) == 2500.0
+
+
+def test_a_document_file_that_is_not_utf8_names_its_row(tmp_path: Path) -> None:
+    (tmp_path / "doc.txt").write_bytes(b"Caf\xe9")
+    path = _write(tmp_path / "in.csv", [["g", "@doc.txt", "q1", "Q?", "boolean", "{}", ""]])
+    with pytest.raises(DecisionInputError, match=r"doc\.txt' \(not UTF-8: byte 0xe9") as info:
+        read_groups(path)
+    assert info.value.field == "row 2.document"

@@ -103,6 +103,21 @@ def test_at_at_escapes_a_literal_document(tmp_path: Path) -> None:
     assert groups[0].questions[0].gold is True
 
 
+def test_a_document_file_that_is_not_utf8_is_a_row_problem(tmp_path: Path) -> None:
+    # used to end the run with a UnicodeDecodeError traceback
+    (tmp_path / "latin1.txt").write_bytes("Caf\u00e9 lease".encode("latin-1"))
+    path = tmp_path / "in.csv"
+    path.write_text(_csv([["g", "@latin1.txt", "q1", "Q", "boolean", "", ""],
+                          ["h", "Doc", "q1", "Q", "boolean", "", ""]]), encoding="utf-8")
+    groups, problems = read_groups(path)
+    assert [(p.line, p.group_id) for p in problems] == [(2, "g")]
+    assert "cannot read document file 'latin1.txt'" in problems[0].reason
+    assert "not UTF-8" in problems[0].reason
+    assert [g.group_id for g in groups] == ["h"]
+    with pytest.raises(DecisionInputError, match=r"in\.csv:2: cannot read document file"):
+        read_groups(path, strict=True)
+
+
 def test_group_level_row_problems(tmp_path: Path) -> None:
     path = tmp_path / "in.csv"
     path.write_text(_csv([

@@ -192,6 +192,10 @@ def resolve_document(cell: str, base: Path, where: str | None = "row") -> str:
         except OSError as exc:
             raise _cell_error(where, "document", f"cannot read document file {cell[1:]!r} "
                                                  f"({exc.strerror})") from None
+        except UnicodeDecodeError as exc:
+            raise _cell_error(where, "document", f"cannot read document file {cell[1:]!r} "
+                                                 f"(not UTF-8: byte 0x{exc.object[exc.start]:02x} "
+                                                 f"at offset {exc.start})") from None
     return cell
 
 
