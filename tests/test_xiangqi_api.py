@@ -190,6 +190,36 @@ def test_bad_requests(client: TestClient) -> None:
     assert r.status_code == 404
 
 
+@pytest.mark.parametrize(
+    ("action", "body", "field"),
+    [
+        ("", {"side": "red"}, "side"),  # was ignored: a game with the model as Black
+        ("moves", {"move": "h2e2", "Version": 1}, "Version"),  # skipped the stale check
+        ("model-move", {"Version": 1}, "Version"),
+        ("undo", {"versoin": 1}, "versoin"),
+        ("moves", {"move": "h2e2", "version": "2"}, "version"),  # was read as 2
+        ("moves", {"move": "h2e2", "version": True}, "version"),  # was read as 1
+        ("undo", {"version": 2.0}, "version"),
+    ],
+)
+def test_unknown_fields_and_non_integer_versions_are_422_naming_the_field(
+    client: TestClient, action: str, body: dict[str, Any], field: str
+) -> None:
+    g = new_game(client, model_side="none")
+    move(client, g["id"], "h2e2")
+    before = client.get(f"{GAMES}/{g['id']}").json()
+    path = GAMES if not action else f"{GAMES}/{g['id']}/{action}"
+    r = client.post(path, json=body)
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["type"] == "validation_error" and err["field"] == field
+    assert err["message"].startswith(f"{field}: ")
+    if field != "version":
+        assert "unknown field; the body takes " in err["message"]
+        assert "version" in err["message"] or "model_side" in err["message"]
+    assert client.get(f"{GAMES}/{g['id']}").json() == before  # nothing was changed
+
+
 def test_new_game_body_may_be_left_out(client: TestClient) -> None:
     """Every field of a new game has a default, so a bare POST starts the usual game."""
     r = client.post(GAMES)

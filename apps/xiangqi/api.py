@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+import typing
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -26,7 +27,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import COLOR_NAMES, Move
@@ -307,6 +308,7 @@ class _JsonErrorRoute(APIRoute):
 
     def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
         handler = super().get_route_handler()
+        fields = _body_fields(self)
 
         async def route(request: Request) -> Response:
             try:
@@ -314,7 +316,7 @@ class _JsonErrorRoute(APIRoute):
             except GameApiError as e:
                 return JSONResponse(e.body(), status_code=e.status)
             except RequestValidationError as e:
-                return _validation_response(e)
+                return _validation_response(e, fields)
             except DecisionInputError as e:
                 body = {"error": {"type": "validation_error", "message": e.message,
                                   "field": e.field}}
@@ -323,8 +325,20 @@ class _JsonErrorRoute(APIRoute):
         return route
 
 
-def _validation_response(e: RequestValidationError) -> JSONResponse:
-    """The first problem, in the service's shape (400 malformed JSON, else 422 with the field)."""
+def _body_fields(route: APIRoute) -> tuple[str, ...]:
+    """The fields of the route's body model (``NewGame | None`` -> NewGame's); () for none."""
+    annotation = route.body_field.field_info.annotation if route.body_field else None
+    for kind in (annotation, *typing.get_args(annotation)):
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            return tuple(kind.model_fields)
+    return ()
+
+
+def _validation_response(
+    e: RequestValidationError, fields: tuple[str, ...] = ()
+) -> JSONResponse:
+    """The first problem, in the service's shape (400 malformed JSON, else 422 with the field);
+    ``fields`` are those the body takes, named when the body has another."""
     errors = e.errors()
     first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
     if first.get("type") == "json_invalid":
@@ -334,13 +348,23 @@ def _validation_response(e: RequestValidationError) -> JSONResponse:
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "path", "query")]
     field = ".".join(loc) or None
     message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
+    if first.get("type") == "extra_forbidden":
+        takes = f"; the body takes {', '.join(fields)}" if fields else ""
+        message = f"{field}: unknown field{takes}"
     return JSONResponse(
         {"error": {"type": "validation_error", "message": message, "field": field}},
         status_code=422,
     )
 
 
-class NewGame(BaseModel):
+class _Body(BaseModel):
+    """A request body: an unknown field is a 422 naming it, never silently ignored (a
+    misspelt ``Version`` would skip the stale-version check)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class NewGame(_Body):
     """Body of ``POST /api/xiangqi/games``."""
 
     fen: str | None = Field(None, description="start position (Pikafish FEN); default the usual")
@@ -349,17 +373,18 @@ class NewGame(BaseModel):
     )
 
 
-class MoveRequest(BaseModel):
+class MoveRequest(_Body):
     """Body of ``POST .../moves``."""
 
     move: str = Field(..., description="ICCS move, e.g. h2e2", max_length=16)
-    version: int | None = Field(None, description="refuse (409) unless the game is at it")
+    # strict: "2", true or 2.0 is a 422, not the version 2 or 1
+    version: StrictInt | None = Field(None, description="refuse (409) unless the game is at it")
 
 
-class VersionRequest(BaseModel):
+class VersionRequest(_Body):
     """Optional body of ``model-move`` and ``undo``."""
 
-    version: int | None = None
+    version: StrictInt | None = None
 
 
 router = APIRouter(route_class=_JsonErrorRoute, tags=["xiangqi"])
