@@ -220,3 +220,17 @@ def test_every_load_error_names_the_directory(saved: Path, edit: str) -> None:
         ModelEngine.load(str(saved), **kwargs) if edit == "tokenizer" else (
             decision.load_model(saved, **kwargs))
     assert str(saved) in str(err.value)
+
+
+def test_a_tokenizer_larger_than_the_embedding_is_refused(tmp_path: Path) -> None:
+    """decision serve started healthy with another model's tokenizer.json (more ids than
+    vocab_size), then answered every /decide with 422."""
+    from tokenizers import Tokenizer, models
+
+    small = tiny_model(seed=7)
+    vocab = {f"t{i}": i for i in range(small.config.vocab_size + 5)}
+    small.tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    small.save(tmp_path)
+    with pytest.raises(CheckpointError, match=f"vocab_size is {small.config.vocab_size}") as err:
+        decision.load_model(tmp_path)
+    assert str(tmp_path) in str(err.value)

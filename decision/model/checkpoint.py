@@ -375,6 +375,13 @@ def load_model(
             directory, len(missing_block), ", ".join(missing_block),
         )
     model.tokenizer = _read_tokenizer(directory)
+    if model.tokenizer is not None:
+        n_tokens = model.tokenizer.get_vocab_size(with_added_tokens=True)
+        if n_tokens > config.vocab_size:  # its ids past the embedding fail every request
+            raise CheckpointError(
+                f"{directory}: tokenizer.json has {n_tokens} tokens but config.json vocab_size "
+                f"is {config.vocab_size} (a tokenizer of another model?)"
+            )
     return model
 
 
