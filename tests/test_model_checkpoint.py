@@ -234,3 +234,17 @@ def test_a_tokenizer_larger_than_the_embedding_is_refused(tmp_path: Path) -> Non
     with pytest.raises(CheckpointError, match=f"vocab_size is {small.config.vocab_size}") as err:
         decision.load_model(tmp_path)
     assert str(tmp_path) in str(err.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused(saved: Path, value: float) -> None:
+    """NaN or inf weights loaded silently; the first decode then failed with a traceback."""
+    name = "model.layers.1.mlp.shared_expert.down_proj.weight"
+
+    def poison(state: dict[str, torch.Tensor]) -> None:
+        state[name][0, 0] = value
+
+    file = _rewrite(saved, poison)
+    with pytest.raises(CheckpointError, match="NaN or infinite") as err:
+        decision.load_model(saved)
+    assert name in str(err.value) and str(file) in str(err.value)

@@ -410,6 +410,12 @@ def _fill(
                 f"{where} has shape {list(tensor.shape)}, expected {list(param.shape)} for "
                 f"{name!r} (config.json and weights disagree)"
             )
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(
+                f"{where} holds {bad} NaN or infinite values (for {name!r}): a diverged or "
+                f"corrupted checkpoint"
+            )
         with torch.no_grad():
             param.copy_(tensor.to(param.dtype))
         used.add(name)
