@@ -225,6 +225,28 @@ def test_a_byte_order_mark_before_the_header_is_ignored(tmp_path: Path) -> None:
     assert problems == [] and groups[0].group_id == "g"
 
 
+def test_a_byte_that_is_not_utf8_skips_only_its_row_by_its_line(tmp_path: Path) -> None:
+    # A strict decoder failed a whole read-ahead chunk: about 70 rows were lost silently and the
+    # one reported line was some line before the bad byte.
+    multi = ["m", "line one\nline two", "q1", "Q?", "boolean", "", ""]
+    rows = [multi] + [[f"g{i}", "A document. " * 10, "q1", "Q?", "boolean", "", "true"]
+                      for i in range(300)]
+    data = _csv(rows).encode("utf-8").split(b"\n")
+    data[150] = data[150].replace(b"A document", b"Caf\xe9", 1)  # line 151: group g147
+    path = tmp_path / "in.csv"
+    path.write_bytes(b"\n".join(data))
+    groups, problems = read_groups(path)
+    assert [(p.line, p.group_id) for p in problems] == [(151, None)]
+    assert problems[0].reason == ("not UTF-8 (byte 0xe9 in the document cell); save the file "
+                                  "as UTF-8")
+    assert [g.group_id for g in groups] == ["m"] + [f"g{i}" for i in range(300) if i != 147]
+    with pytest.raises(DecisionInputError, match=r"in\.csv:151: not UTF-8"):
+        read_groups(path, strict=True)
+    path.write_bytes(b"group_\xff," + _csv([]).encode("utf-8").split(b",", 1)[1])
+    with pytest.raises(DecisionInputError, match=r"in\.csv:1: header is not UTF-8 \(byte 0xff"):
+        read_groups(path)
+
+
 def test_recover_keeps_groups_whose_cells_hold_other_line_breaks(tmp_path: Path) -> None:
     # U+2028, \x85, \x0c and friends are left unquoted by the csv writer; only "\n" ends a row
     out = tmp_path / "out.csv"

@@ -66,6 +66,17 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err.get('msg')}{more}" if where else f"{err.get('msg')}{more}"
 
 
+def _not_utf8(cells: dict[Any, str]) -> str | None:
+    """Where the first byte that was not UTF-8 is (``surrogateescape`` made it U+DC80-U+DCFF),
+    as "byte 0xe9 in the document cell"; None when every cell decoded."""
+    for name, cell in cells.items():
+        for char in cell:
+            if "\udc80" <= char <= "\udcff":
+                where = f" in the {name} cell" if isinstance(name, str) and name else ""
+                return f"byte 0x{ord(char) - 0xDC00:02x}{where}"
+    return None
+
+
 def read_groups(path: Path, *, strict: bool = False) -> tuple[list[InputGroup], list[Problem]]:
     """Groups in order of first appearance, and the rows left out.
 
@@ -82,7 +93,10 @@ def read_groups(path: Path, *, strict: bool = False) -> tuple[list[InputGroup], 
     try:
         # utf-8-sig: a spreadsheet's "CSV UTF-8" export starts with a byte-order mark, which
         # would otherwise stick to the first column's name ("header lacks group_id").
-        handle = path.open(encoding="utf-8-sig", newline="")
+        # surrogateescape: a byte that is not UTF-8 reaches its row as a lone surrogate, so that
+        # row alone is reported, by its line; a strict decoder fails a whole read-ahead chunk,
+        # losing the rows in it and naming some line before it.
+        handle = path.open(encoding="utf-8-sig", errors="surrogateescape", newline="")
     except OSError as exc:
         raise DecisionInputError(f"{path}: cannot open: {exc.strerror}", "input") from None
     with handle:
@@ -91,9 +105,12 @@ def read_groups(path: Path, *, strict: bool = False) -> tuple[list[InputGroup], 
             header = next(reader)
         except StopIteration:
             raise DecisionInputError(f"{path}: empty file, expected a header", "input") from None
-        except (csv.Error, UnicodeDecodeError) as exc:
+        except csv.Error as exc:
             raise DecisionInputError(f"{path}:1: unreadable header: {exc}", "input") from None
         header = [h.strip() for h in header]
+        undecodable = _not_utf8(dict(enumerate(header)))
+        if undecodable:
+            raise DecisionInputError(f"{path}:1: header is not UTF-8 ({undecodable})", "input")
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
             raise DecisionInputError(
@@ -108,7 +125,7 @@ def read_groups(path: Path, *, strict: bool = False) -> tuple[list[InputGroup], 
                 record = next(reader)
             except StopIteration:
                 break
-            except (csv.Error, UnicodeDecodeError) as exc:
+            except csv.Error as exc:
                 line = reader.line_num
                 bad(start, None, f"unreadable CSV: {exc}")
                 continue
@@ -121,6 +138,11 @@ def read_groups(path: Path, *, strict: bool = False) -> tuple[list[InputGroup], 
                 continue
             cells = {name: record[i] for name, i in index.items()}
             group_id = cells["group_id"].strip()
+            undecodable = _not_utf8(cells)
+            if undecodable:
+                # the group id too may hold the bad byte, which stderr could not print
+                bad(start, None, f"not UTF-8 ({undecodable}); save the file as UTF-8")
+                continue
             try:
                 _add_row(groups, path.parent, start, group_id, cells)
             except DecisionInputError as exc:
