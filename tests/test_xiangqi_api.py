@@ -215,9 +215,40 @@ def test_unknown_fields_and_non_integer_versions_are_422_naming_the_field(
     assert err["type"] == "validation_error" and err["field"] == field
     assert err["message"].startswith(f"{field}: ")
     if field != "version":
-        assert "unknown field; the body takes " in err["message"]
+        assert "unknown field; the body is a JSON object with the fields " in err["message"]
         assert "version" in err["message"] or "model_side" in err["message"]
     assert client.get(f"{GAMES}/{g['id']}").json() == before  # nothing was changed
+
+
+@pytest.mark.parametrize(
+    ("action", "content", "content_type", "words"),
+    [
+        ("moves", None, None, "the request body is missing"),
+        ("moves", b"", "application/json", "the request body is missing"),
+        ("moves", b"null", "application/json", "got null"),
+        ("moves", b'["h2e2"]', "application/json", "got an array"),
+        ("moves", b'"h2e2"', "application/json", "got a string"),
+        ("undo", b"3", "application/json", "got a number"),
+        ("", b"true", "application/json", "got a boolean"),
+        ("moves", b'{"move": "h2e2"}', "text/plain", "Content-Type: application/json"),
+        ("moves", b"move=h2e2", "application/x-www-form-urlencoded", "application/json"),
+    ],
+)
+def test_a_missing_or_non_object_body_is_422_saying_so(
+    client: TestClient, action: str, content: bytes | None, content_type: str | None, words: str
+) -> None:
+    """The message was pydantic's 'Field required' or 'Input should be a valid dictionary or
+    object to extract fields from', with no field: it did not say the body was meant."""
+    g = new_game(client, model_side="none")
+    path = GAMES if not action else f"{GAMES}/{g['id']}/{action}"
+    headers = {"content-type": content_type} if content_type else {}
+    r = client.post(path, content=content, headers=headers)
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["type"] == "validation_error" and err["field"] is None
+    assert "JSON object" in err["message"] and words in err["message"], err["message"]
+    fields = {"moves": "move, version", "undo": "version", "": "fen, model_side"}[action]
+    assert fields in err["message"]
 
 
 def test_new_game_body_may_be_left_out(client: TestClient) -> None:

@@ -345,16 +345,42 @@ def _validation_response(
         body = {"type": "malformed_json", "message": "request body is not valid JSON",
                 "field": None}
         return JSONResponse({"error": body}, status_code=400)
+    takes = f" with the fields {', '.join(fields)}" if fields else ""
+    if tuple(first.get("loc", ())) == ("body",):  # the body as a whole, not one of its fields
+        if first.get("type") == "missing":
+            message = f"the request body is missing: it must be a JSON object{takes}"
+        else:
+            message = (f"the request body must be a JSON object{takes}, "
+                       f"got {_json_kind(first.get('input'))}")
+        return JSONResponse(
+            {"error": {"type": "validation_error", "message": message, "field": None}},
+            status_code=422,
+        )
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "path", "query")]
     field = ".".join(loc) or None
     message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
     if first.get("type") == "extra_forbidden":
-        takes = f"; the body takes {', '.join(fields)}" if fields else ""
-        message = f"{field}: unknown field{takes}"
+        message = f"{field}: unknown field; the body is a JSON object{takes}"
     return JSONResponse(
         {"error": {"type": "validation_error", "message": message, "field": field}},
         status_code=422,
     )
+
+
+def _json_kind(value: object) -> str:
+    """What a request body that is not a JSON object is, for the message."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    # FastAPI reads JSON only from a JSON content type; other bodies arrive as bytes or a form
+    return "a body not sent as Content-Type: application/json"
 
 
 class _Body(BaseModel):
