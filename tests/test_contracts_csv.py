@@ -195,3 +195,14 @@ def test_a_document_file_that_is_not_utf8_names_its_row(tmp_path: Path) -> None:
     with pytest.raises(DecisionInputError, match=r"doc\.txt' \(not UTF-8: byte 0xe9") as info:
         read_groups(path)
     assert info.value.field == "row 2.document"
+
+
+def test_generate_cli_with_an_unwritable_out_says_so_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from apps.contracts import generate
+
+    for out in (tmp_path / "no-dir" / "x.csv", tmp_path):  # a missing folder; a directory
+        assert generate.main(["--seed-start", "20000000", "--groups", "2",
+                              "--out", str(out)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err[-1].startswith(f"error: cannot write {out}: "), err

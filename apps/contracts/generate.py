@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     except DecisionInputError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a missing folder, a directory, no permission, a full disk
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"wrote {args.groups} groups, {rows} questions to {args.out}", file=sys.stderr)
     return 0
 
