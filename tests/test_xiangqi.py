@@ -336,6 +336,10 @@ def test_fen_reads_aliases_and_short_forms() -> None:
         ("rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBAKABN\u00b2 w", "empty points"),
         ("rnbakabnr/9/1c5c1/p1p1p1p1p/09/9/P1P1P1P1P/1C5C1/9/RNBAKABNR w", "empty points"),
         ("3k5/9/9/9/9/9/9/9/9/4K4 w - - 0 \u0663", "move number"),
+        # past Python's 4300-digit int() limit: once a bare ValueError, not InvalidFen
+        ("3k5/9/9/9/9/9/9/9/9/4K4 w - - 0 " + "1" * 5000, "at most 9 digits"),
+        ("3k5/9/9/9/9/9/9/9/9/4K4 w - - " + "9" * 4301 + " 1", "halfmove clock"),
+        ("3k5/9/9/9/9/9/9/9/9/4K4 w - - 0 1234567890", "move number"),
     ],
 )
 def test_invalid_fen_raises(fen: str, why: str) -> None:

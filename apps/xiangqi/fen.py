@@ -27,6 +27,7 @@ from apps.xiangqi.errors import InvalidFen
 from apps.xiangqi.tables import ADVISOR_POINTS, ELEPHANT_POINTS, PALACE_POINTS, SOLDIER_POINTS
 
 STARTING_FEN = "rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBAKABNR w - - 0 1"
+COUNTER_DIGITS = 9  # the most digits of the halfmove clock and the move number
 MAX_COUNTS = {GENERAL: 1, ADVISOR: 2, ELEPHANT: 2, HORSE: 2, CHARIOT: 2, CANNON: 2, SOLDIER: 5}
 
 
@@ -69,8 +70,16 @@ def parse_fen(fen: str, strict: bool = True) -> FenFields:
 
 def _parse_counter(text: str, name: str, minimum: int) -> int:
     # ASCII digits only: str.isdigit() also accepts e.g. '²' and '٣', which int() refuses or reads
-    if not (text.isascii() and text.isdigit()) or int(text) < minimum:
-        raise InvalidFen(f"{name} must be an integer >= {minimum}, got {text!r}")
+    shown = text if len(text) <= 20 else f"{text[:20]}... ({len(text)} characters)"
+    if not (text.isascii() and text.isdigit()):
+        raise InvalidFen(f"{name} must be an integer >= {minimum}, got {shown!r}")
+    # a bound well past any game, so int() never meets Python's 4300-digit conversion limit
+    if len(text) > COUNTER_DIGITS:
+        raise InvalidFen(
+            f"{name} must be an integer of at most {COUNTER_DIGITS} digits, got {shown!r}"
+        )
+    if int(text) < minimum:
+        raise InvalidFen(f"{name} must be an integer >= {minimum}, got {shown!r}")
     return int(text)
 
 
