@@ -180,12 +180,23 @@ def test_no_default_model_yet(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 def test_mtp_tensors_ignored_unknown_ones_warned(saved: Path, caplog) -> None:  # type: ignore[no-untyped-def]
     def add(state: dict[str, torch.Tensor]) -> None:
         state["mtp.layers.0.fc.weight"] = torch.zeros(2, 2)
-        state["model.layers.0.weird.weight"] = torch.zeros(2)
+        state["model.weird.weight"] = torch.zeros(2)
 
     _rewrite(saved, add)
     with caplog.at_level(logging.WARNING, logger="decision.model.checkpoint"):
         decision.load_model(saved)
-    assert "model.layers.0.weird.weight" in caplog.text and "mtp." not in caplog.text
+    assert "model.weird.weight" in caplog.text and "mtp." not in caplog.text
+
+
+@pytest.mark.parametrize("extra", ["model.layers.4.mlp.gate.weight",  # a layer past the config's
+                                   "model.layers.0.weird.weight"])  # a part the layer lacks
+def test_layer_tensors_the_model_does_not_read_are_refused(saved: Path, extra: str) -> None:
+    """A checkpoint with more layers than config.json's num_hidden_layers (4) loaded the first
+    four with only a warning: a different network than the weights describe."""
+    _rewrite(saved, lambda s: s.__setitem__(extra, torch.zeros(2, 2)))
+    with pytest.raises(CheckpointError, match="num_hidden_layers 4") as err:
+        decision.load_model(saved)
+    assert extra in str(err.value) and str(saved) in str(err.value)
 
 
 @pytest.mark.parametrize(

@@ -420,6 +420,17 @@ def _fill(
             param.copy_(tensor.to(param.dtype))
         used.add(name)
     unused = sorted(n for n in sources if n not in used and not (tied and n == "lm_head.weight"))
+    # A layer's tensor that no parameter takes (a layer past num_hidden_layers, a part this
+    # backbone lacks) means the weights describe another network than config.json: loading the
+    # rest would compute something else. Rotary inv_freq buffers are derived from the config.
+    dropped = [n for n in unused if n.startswith("model.layers.") and not n.endswith(".inv_freq")]
+    if dropped:
+        more = ", ..." if len(dropped) > 5 else ""
+        raise CheckpointError(
+            f"{directory}: {len(dropped)} layer tensors that the model of config.json "
+            f"(num_hidden_layers {model.config.num_hidden_layers}) does not have: "
+            f"{', '.join(dropped[:5])}{more} (config.json and weights disagree)"
+        )
     if unused:
         logger.warning("%s: ignoring %d unknown tensors: %s", directory, len(unused),
                        ", ".join(unused[:10]))
