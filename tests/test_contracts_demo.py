@@ -120,6 +120,27 @@ def test_missing_questions_and_changed_types_are_skipped_with_the_reason() -> No
     assert "answer type changed" in edited["late-notice-outcome"].detail
 
 
+def test_answers_outside_the_presets_options_are_skipped_not_kept() -> None:
+    # A choice answer the preset's question does not offer (its options edited on the page) says
+    # nothing the rules can read: it used to count as kept (not triggered / unconstrained), or as
+    # broken when it stood in a rule's conclusion.
+    edited = {c.rule: c for c in check_rules(LEASE, {"timely": "maybe", "deposit": "no",
+                                                     "renews": "yes", "given": 9,
+                                                     "required": 10})}
+    for rule in ("timely-by-days", "late-notice-outcome", "timely-notice-outcome",
+                 "no-renewal-clause-outcome", "renewal-clause-missing",
+                 "renewal-clause-present"):
+        assert edited[rule].status == "skipped", rule
+    assert edited["late-notice-outcome"].detail == (
+        "timely = 'maybe' is not one of its options (yes, no, not stated)")
+    concluded = _status("lease", {"timely": "no", "deposit": "perhaps"})
+    assert concluded["late-notice-outcome"] == "skipped"
+    assert concluded["timely-notice-outcome"] == "skipped"
+    # "not stated" is one of the options: a verdict leaves it unconstrained, as before
+    assert _status("lease", {"timely": "not stated", "given": 9, "required": 10})[
+        "timely-by-days"] == "kept"
+
+
 def test_rule_kinds_directly() -> None:
     rule = Implies("r", "d", (Condition("a", ("x",)), Condition("b", ("y",))),
                    Condition("c", ("z",)))
@@ -270,6 +291,9 @@ def test_check_route_flags_the_broken_pair(client: TestClient) -> None:
     ok = client.post("/api/contracts/check",
                      json={"preset": "lease", "answers": {"timely": "no", "deposit": "yes"}})
     assert ok.json()["broken"] == 0
+    odd = client.post("/api/contracts/check", json={"preset": "lease", "answers": {
+        "timely": "maybe", "deposit": "no", "renews": "yes"}}).json()
+    assert {c["status"] for c in odd["checks"]} == {"skipped"}  # none counted as kept
 
 
 @pytest.mark.parametrize(("body", "field"), [

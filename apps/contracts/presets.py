@@ -15,9 +15,10 @@ Three kinds of rule, all plain data so they can be served as JSON:
   integer question cannot say that its clause is missing.
 - ``equation``: a numeric answer must equal the sum or product of two others.
 
-Rules bind to question *ids*. A rule whose questions are missing from the answers, or whose answers
-have another type than the rule expects (a question edited into another answer type), is reported
-as skipped, never as kept or broken.
+Rules bind to question *ids*. A rule whose questions are missing from the answers, whose answers
+have another type than the rule expects (a question edited into another answer type), or whose
+choice answer is not one of the preset question's options (its options edited), is reported as
+skipped, never as kept or broken.
 """
 
 from __future__ import annotations
@@ -216,11 +217,22 @@ def _skip(rule: Rule, why: str) -> RuleCheck:
     return RuleCheck(rule.id, "skipped", rule.description, why, rule.questions)
 
 
-def check_rule(rule: Rule, answers: Mapping[str, Any]) -> RuleCheck:
-    """Whether ``answers`` (question id -> typed value) keep ``rule``."""
+def check_rule(rule: Rule, answers: Mapping[str, Any],
+               options: Mapping[str, tuple[str, ...]] | None = None) -> RuleCheck:
+    """Whether ``answers`` (question id -> typed value) keep ``rule``.
+
+    ``options`` (question id -> the choice options its preset question offers) marks a choice
+    answer outside them as unreadable: the rule is skipped, as it cannot say what that answer
+    means (``check_rules`` passes the preset's).
+    """
     missing = [q for q in rule.questions if q not in answers]
     if missing:
         return _skip(rule, "not asked: " + ", ".join(missing))
+    for q in rule.questions:
+        allowed, value = (options or {}).get(q), answers[q]
+        if allowed is not None and isinstance(value, str) and value not in allowed:
+            return _skip(rule, f"{q} = {value!r} is not one of its options "
+                               f"({', '.join(allowed)})")
     if isinstance(rule, Implies):
         return _check_implies(rule, answers)
     if isinstance(rule, Verdict):
@@ -278,7 +290,9 @@ def _check_equation(rule: Equation, answers: Mapping[str, Any]) -> RuleCheck:
 
 def check_rules(preset: Preset, answers: Mapping[str, Any]) -> list[RuleCheck]:
     """Every rule of ``preset`` on ``answers`` (question id -> typed value), in preset order."""
-    return [check_rule(rule, answers) for rule in preset.rules]
+    options = {q.id: tuple(q.answer["options"]) for q in preset.questions
+               if q.answer["type"] == "choice"}
+    return [check_rule(rule, answers, options) for rule in preset.rules]
 
 
 # ---------------------------------------------------------------------- the presets

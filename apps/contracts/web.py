@@ -54,8 +54,9 @@ def examples() -> dict[str, Any]:
 
 @router.post("/check")
 def check(body: CheckBody) -> dict[str, Any]:
-    """Each rule of the preset on the answers: kept, broken or skipped (its questions not asked
-    or of another answer type), with the answers it read."""
+    """Each rule of the preset on the answers: kept, broken or skipped (its questions not asked,
+    of another answer type, or answered outside the preset's options), with the answers it
+    read."""
     preset = get_preset(body.preset)
     checks = [c.to_json() for c in check_rules(preset, body.answers)]
     return {
