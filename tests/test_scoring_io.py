@@ -19,6 +19,7 @@ from decision.scoring.output import (
     read_predictions,
     recover,
 )
+from decision.scoring.summary import summary_paths
 
 CHOICE = json.dumps(["yes", "no", "not stated"])
 
@@ -277,3 +278,14 @@ def test_unwritable_or_unreadable_predictions_path(tmp_path: Path) -> None:
         PredictionWriter(tmp_path / "no-such-dir" / "out.csv", append=False)
     with pytest.raises(DecisionInputError, match="cannot read"):
         recover(tmp_path, {})  # a directory
+
+
+def test_distinct_outputs_never_share_a_summary() -> None:
+    names = ["preds.csv", "preds", "preds.v1", "preds.v2", "preds.tsv", "preds.CSV",
+             "preds.summary", "preds.v1.csv", "preds.csv.csv", "a/preds.csv"]
+    paths = [p for name in names for p in summary_paths(Path(name))]
+    assert len(set(paths)) == len(paths)  # preds.v1 and preds.v2 both wrote preds.summary.*
+    assert summary_paths(Path("runs/preds.csv")) == (Path("runs/preds.summary.json"),
+                                                     Path("runs/preds.summary.md"))
+    assert summary_paths(Path("preds.v1")) == (Path("preds.v1-summary.json"),
+                                               Path("preds.v1-summary.md"))

@@ -1,4 +1,5 @@
-"""The run summary next to the predictions: ``OUT.summary.json`` and ``OUT.summary.md``.
+"""The run summary next to the predictions: ``OUT.summary.json`` and ``OUT.summary.md``
+(``summary_paths``).
 
 Metrics come from ``decision.metrics.summarize`` over every prediction with a gold answer (per
 mode; joint and standalone side by side, with their paired difference, under ``--mode both``).
@@ -34,8 +35,21 @@ def records(rows: list[PredictionRow]) -> list[Record]:
 
 
 def summary_paths(out_path: Path) -> tuple[Path, Path]:
-    stem = out_path.with_suffix("")
-    return stem.with_name(stem.name + ".summary.json"), stem.with_name(stem.name + ".summary.md")
+    """``OUT.csv`` -> ``OUT.summary.json`` and ``OUT.summary.md``; any other name keeps all of
+    itself and adds ``-summary.json`` / ``-summary.md`` (``preds.v1`` -> ``preds.v1-summary.json``).
+
+    So two different ``--out`` paths never share a summary (stripping any last suffix made
+    ``preds.v1``, ``preds.v2`` and ``preds`` all write ``preds.summary.*``, like ``preds.csv``):
+    dropping ``.csv`` keeps ``.csv`` names apart, and the ``-summary`` of the other names keeps
+    them apart from those.
+    """
+    name = out_path.name
+    if name.endswith(".csv") and len(name) > len(".csv"):
+        base, sep = name[: -len(".csv")], "."
+    else:
+        base, sep = name, "-"
+    return (out_path.with_name(f"{base}{sep}summary.json"),
+            out_path.with_name(f"{base}{sep}summary.md"))
 
 
 def build_summary(
