@@ -179,6 +179,34 @@ def test_malformed_fen_is_422_naming_the_field(client: TestClient, fen: str, wor
     assert words in err["message"]
 
 
+@pytest.mark.parametrize(
+    ("fen", "words"),
+    [
+        ("1R3k3/R8/9/9/9/9/9/9/9/3K5 b - - 3 2", "(1-0, checkmate): black to move has no legal"),
+        ("3k5/R8/9/9/4R4/9/9/9/9/5K3 b - - 0 1", "(1-0, stalemate): black to move has no legal"),
+        (MATE_IN_TWO.replace(" 0 1", " 120 61"), "halfmove clock 120 is at or past the 120"),
+        (MATE_IN_TWO.replace(" 0 1", " 999999999 1"), "fewer than 120 (e.g. 0)"),
+    ],
+)
+def test_a_position_where_the_game_is_already_over_is_not_a_new_game(
+    client: TestClient, fen: str, words: str
+) -> None:
+    """A new game from a mated or stalemated position, or with the 120-ply no-capture clock
+    already run out, used to be created over: no move, model move or undo could ever be played
+    in it. It is refused, saying why, and nothing is stored."""
+    r = client.post(GAMES, json={"fen": fen, "model_side": "none"})
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_fen" and err["field"] == "fen"
+    assert "already over" in err["message"] and words in err["message"], err["message"]
+    assert service_for(client.app).store.count() == 0
+    # One ply short of the limit is still a game: the next ply without a capture draws it.
+    g = new_game(client, fen=MATE_IN_TWO.replace(" 0 1", " 119 60"), model_side="none")
+    assert not g["over"] and g["result"] == "*"
+    end = move(client, g["id"], "a1a2").json()
+    assert end["over"] and end["reason"] == "no_capture_120" and end["result"] == "1/2-1/2"
+
+
 def test_bad_requests(client: TestClient) -> None:
     r = client.post(GAMES, json={"model_side": "blue"})
     assert r.status_code == 422 and r.json()["error"]["field"] == "model_side"

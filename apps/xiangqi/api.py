@@ -29,7 +29,7 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from apps.xiangqi.board import Board
+from apps.xiangqi.board import NO_CAPTURE_LIMIT, Board
 from apps.xiangqi.core import COLOR_NAMES, Move
 from apps.xiangqi.errors import IllegalMove
 from apps.xiangqi.model_player import (
@@ -38,6 +38,7 @@ from apps.xiangqi.model_player import (
     choose_move,
     player_from_setting,
 )
+from apps.xiangqi.outcome import Termination
 from apps.xiangqi.store import (
     GameBusy,
     GameNotFound,
@@ -205,6 +206,19 @@ class GameService:
             board = Board(fen) if fen is not None else Board()
         except DecisionInputError as e:
             raise GameApiError(422, "invalid_fen", e.message, "fen") from None
+        # A game over before its first move could take no move, model move or undo: refused.
+        outcome = board.outcome()
+        if outcome is not None:
+            over = (f"the game is already over in this position ({outcome.result()}, "
+                    f"{outcome.termination.name.lower()})")
+            if outcome.termination is Termination.NO_CAPTURE_120:
+                why = (f"the halfmove clock {board.halfmove_clock} is at or past the "
+                       f"{NO_CAPTURE_LIMIT}-ply no-capture limit; give the plies since the last "
+                       f"capture, fewer than {NO_CAPTURE_LIMIT} (e.g. 0)")
+            else:
+                why = (f"{COLOR_NAMES[board.turn]} to move has no legal move; a new game needs "
+                       "a position with a move to play")
+            raise GameApiError(422, "invalid_fen", f"{over}: {why}", "fen")
         return game_state(self.store.create(board.fen(), model_side))
 
     def state(self, game_id: str) -> dict[str, Any]:
