@@ -318,6 +318,19 @@ def test_resume_with_another_mode_is_refused_and_keeps_the_file(tmp_path: Path) 
     assert result.resumed == 2 and result.scored == 0
 
 
+def test_resume_with_another_input_is_refused_and_keeps_the_file(tmp_path: Path) -> None:
+    engine: Any = _FakeEngine()
+    out = tmp_path / "pred.csv"
+    score_csv(_fake_csv(tmp_path / "in.csv", ["one", "two", "three"]), out, engine,
+              show_progress=False)
+    before = out.read_bytes()
+    # a smaller input used to cut the predictions of g2 away and report them resumed
+    smaller = _fake_csv(tmp_path / "small.csv", ["one", "two"])
+    with pytest.raises(DecisionInputError, match="group 'g2', which this input does not have"):
+        score_csv(smaller, out, engine, resume=True, show_progress=False)
+    assert out.read_bytes() == before
+
+
 def test_predictions_never_overwrite_the_input(tmp_path: Path) -> None:
     path = _fake_csv(tmp_path / "in.csv", ["one"])
     before = path.read_bytes()

@@ -273,6 +273,31 @@ def test_recover_refuses_a_file_of_another_mode_untouched(tmp_path: Path) -> Non
     assert recover(out, {"g1": 2, "g2": 2}, ("joint", "standalone")) == {"g1", "g2"}
 
 
+def test_recover_refuses_predictions_of_another_input_untouched(tmp_path: Path) -> None:
+    # a smaller or different input used to truncate the file at its first unknown group
+    out = tmp_path / "out.csv"
+    with PredictionWriter(out, append=False) as writer:
+        for group in ("g1", "g2", "g3"):
+            writer.write_group([_row(group, "a"), _row(group, "b")])
+    before = out.read_bytes()
+    with pytest.raises(DecisionInputError, match="group 'g3', which this input does not have"):
+        recover(out, {"g1": 2, "g2": 2})  # an input of the first two groups only
+    assert out.read_bytes() == before
+    with pytest.raises(DecisionInputError, match="another input"):
+        recover(out, {"h1": 2, "h2": 2})
+    assert out.read_bytes() == before
+    # the same groups with other questions: refused as well, by question id
+    with pytest.raises(DecisionInputError, match="question 'b' of group 'g1'"):
+        recover(out, {"g1": 2, "g2": 2, "g3": 2}, questions={"g1": {"a", "c"}, "g2": {"a", "b"},
+                                                            "g3": {"a", "b"}})
+    assert out.read_bytes() == before
+    questions = {g: {"a", "b"} for g in ("g1", "g2", "g3")}
+    assert recover(out, {"g1": 2, "g2": 2, "g3": 2}, questions=questions) == {"g1", "g2", "g3"}
+    # a group of the input whose question was added since is redone, with the ones after it
+    assert recover(out, {"g1": 2, "g2": 3, "g3": 2},
+                   questions={**questions, "g2": {"a", "b", "c"}}) == {"g1"}
+
+
 def test_unwritable_or_unreadable_predictions_path(tmp_path: Path) -> None:
     with pytest.raises(DecisionInputError, match="cannot write"):
         PredictionWriter(tmp_path / "no-such-dir" / "out.csv", append=False)

@@ -124,15 +124,18 @@ def read_predictions(path: Path) -> list[PredictionRow]:
 
 
 def recover(
-    path: Path, expected_rows: Mapping[str, int], modes: Collection[str] | None = None
+    path: Path, expected_rows: Mapping[str, int], modes: Collection[str] | None = None,
+    questions: Mapping[str, Collection[str]] | None = None,
 ) -> set[str]:
     """Keep the complete groups of an interrupted predictions file; return their ids.
 
-    A group is complete when its consecutive rows number ``expected_rows[group_id]``
-    (questions x modes). The file is truncated just after the last complete group that
-    precedes anything incomplete or unknown, which also discards a partial last line.
-    With ``modes`` (the run's modes), a file holding a row of another mode is refused
-    untouched: resuming it would mix modes or cut away the other mode's predictions.
+    ``expected_rows`` has every group of the input: a group is complete when its consecutive
+    rows number ``expected_rows[group_id]`` (questions x modes). The file is truncated just
+    after the last complete group that precedes anything incomplete, which also discards a
+    partial last line. A file holding a row that this run would not write is refused untouched:
+    a group not in ``expected_rows`` or a question not in ``questions[group_id]`` (predictions
+    of another input: cutting them away would lose them), or, with ``modes`` (the run's modes),
+    a row of another mode (resuming would mix modes or cut away the other mode's predictions).
     """
     if not path.exists():
         return set()
@@ -173,6 +176,23 @@ def recover(
                 "written with, or choose another --out)",
                 "out",
             )
+    group_at, question_at = OUTPUT_COLUMNS.index("group_id"), OUTPUT_COLUMNS.index("question_id")
+    for r in csv.reader(iter(lines[1:])):
+        if len(r) != len(OUTPUT_COLUMNS):
+            continue  # a partial row: cut off below
+        group_id, question_id = r[group_at], r[question_at]
+        if group_id not in expected_rows:
+            unknown = f"group {group_id!r}"
+        elif questions is not None and question_id not in questions.get(group_id, ()):
+            unknown = f"question {question_id!r} of group {group_id!r}"
+        else:
+            continue
+        raise DecisionInputError(
+            f"{path}: holds predictions for {unknown}, which this input does not have: they "
+            "were scored from another input; refusing to resume into it (resume with that "
+            "input, or choose another --out)",
+            "out",
+        )
     keep = offsets[reader.line_num]  # end of the header
     done: set[str] = set()
     current: str | None = None

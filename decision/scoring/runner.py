@@ -128,7 +128,8 @@ def score_csv(
     for problem in problems:
         print(f"{input_path}:{problem.line}: skipped: {problem.reason}", file=stream)
     expected = {g.group_id: len(g.questions) * len(modes) for g in groups}
-    done = recover(out_path, expected, modes) if resume else set()
+    questions = {g.group_id: {q.question.id for q in g.questions} for g in groups}
+    done = recover(out_path, expected, modes, questions) if resume else set()
     todo = [g for g in groups if g.group_id not in done]
     bar = Progress(len(groups), done=len(done), stream=stream, enabled=show_progress)
     scored = 0
