@@ -13,7 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from decision.errors import CheckpointError, DecisionInputError
+from decision.errors import CheckpointError, DecisionError, DecisionInputError
 
 COMMAND_MODULES: list[str] = [
     "decision.serve.command",  # decision serve
@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; bad input and unreadable checkpoints exit 2 with a one-line message."""
+    """Run one subcommand; bad input and unreadable checkpoints exit 2 with a one-line message,
+    other errors the library raises on purpose (a diverged training run) exit 1."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -50,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckpointError as exc:
         print(f"decision {args.command}: cannot load the model: {exc}", file=sys.stderr)
         return 2
+    except DecisionError as exc:  # e.g. a training run that diverged (TrainingError)
+        print(f"decision {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"decision {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -26,3 +26,7 @@ class SchemaError(DecisionInputError):
 
 class CheckpointError(DecisionError):
     """A checkpoint that cannot be loaded; the message names the file and tensor at fault."""
+
+
+class TrainingError(DecisionError):
+    """A training run that cannot go on (a non-finite loss); the message says at which step."""

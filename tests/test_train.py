@@ -476,6 +476,15 @@ def test_resume_inside_a_length_window_continues_exactly(tmp_path: Path) -> None
     ("data", "level1_final_share", 3.0, "data"),
     ("data", "val_groups", 0, "data.val_groups"),
     ("data", "task", "contrcts", "data.task"),
+    ("optim", "lr", float("nan"), "optim.lr"),  # was NaN weights, then a traceback
+    ("optim", "lr", 1e30, "optim.lr"),  # was a non-finite loss traceback
+    ("optim", "lr", float("inf"), "optim.lr"),
+    ("run", "checkpoint_minutes", float("nan"), "run.checkpoint_minutes"),  # never checkpointed
+    ("run", "max_minutes", float("nan"), "run.max_minutes"),  # no budget
+    ("run", "min_gain", float("nan"), "run.min_gain"),  # never stopped early
+    ("data", "p_joint", float("nan"), "data.p_joint"),  # passed the share check
+    ("optim", "weight_decay", float("inf"), "optim.weight_decay"),
+    ("optim", "betas", [0.9, float("nan")], "optim.betas"),
 ])
 def test_config_refuses_nonsense_values(section: str, key: str, value: object, field: str) -> None:
     raw = json.loads(TINY.read_text())
@@ -626,3 +635,45 @@ def test_resume_with_an_edited_config_says_what_changed(
     train(tiny_config(tmp_path, max_steps=3), max_steps=3, resume=True)  # unchanged: no line
     out = capsys.readouterr()
     assert "differs" not in out.out + out.err
+
+
+def test_nan_from_a_json_config_file_is_refused(tmp_path: Path) -> None:
+    """Python's JSON reader takes NaN and Infinity; TOML spells nan and inf."""
+    raw = json.loads(TINY.read_text())
+    raw["optim"]["lr"] = float("nan")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(raw))  # writes NaN
+    with pytest.raises(DecisionInputError, match="optim.lr must be a finite number"):
+        load_config(bad)
+    toml = tmp_path / "bad.toml"
+    toml.write_text("[run]\ncheckpoint_minutes = nan\n")
+    with pytest.raises(DecisionInputError, match="run.checkpoint_minutes must be a finite"):
+        load_config(toml)
+    from decision.train.config import check_minutes
+
+    with pytest.raises(DecisionInputError, match="--max-minutes"):
+        check_minutes(float("inf"))
+
+
+def test_a_non_finite_loss_is_one_line_with_its_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A diverged run ended in a FloatingPointError traceback."""
+    from decision import cli
+    from decision.train import loop
+
+    real = loop.batch_loss
+    calls = []
+
+    def diverging(*args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(1)
+        loss = real(*args, **kwargs)  # type: ignore[arg-type]
+        return loss * float("nan") if len(calls) == 3 else loss
+
+    monkeypatch.setattr(loop, "batch_loss", diverging)
+    out = tmp_path / "run"
+    assert cli.main(["train", "--config", str(TINY), "--out-dir", str(out),
+                     "--max-steps", "5"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("decision train: error: the training loss is nan at step 3:")
+    assert "Traceback" not in "\n".join(err)

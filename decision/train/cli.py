@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from decision.errors import DecisionError
+from decision.errors import CheckpointError, DecisionError, DecisionInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run(args)
-    except DecisionError as exc:
+    except (CheckpointError, DecisionInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except DecisionError as exc:  # a run that diverged (TrainingError)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

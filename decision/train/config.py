@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -234,9 +235,10 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
 
 def check_minutes(minutes: float | None) -> float | None:
     """``minutes`` if it is a time budget (None: the config's; 0: none), else the error."""
-    if minutes is not None and not minutes >= 0:
+    if minutes is not None and not (math.isfinite(minutes) and minutes >= 0):
         raise DecisionInputError(
-            f"--max-minutes must be >= 0 (0: no budget), got {minutes}", "max_minutes"
+            f"--max-minutes must be >= 0 and finite (0: no budget), got {minutes}",
+            "max_minutes",
         )
     return minutes
 
@@ -250,7 +252,23 @@ def check_device(name: str) -> str:
     return name
 
 
+def _check_finite(cfg: TrainConfig) -> None:
+    """Every float of the config is a number: JSON (Python's reader) and TOML spell NaN and
+    infinity, which pass a range check written as ``x < 0`` (a NaN learning rate trained NaN
+    weights; a NaN ``run.checkpoint_minutes`` never checkpointed)."""
+    values = [(f"model.{key}", value) for key, value in cfg.model.fields.items()]
+    for name in _SECTIONS:
+        section = getattr(cfg, name)
+        values += [(f"{name}.{f.name}", getattr(section, f.name))
+                   for f in dataclasses.fields(section)]
+    for key, value in values:
+        items = value if isinstance(value, tuple | list) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            raise DecisionInputError(f"{key} must be a finite number, got {value!r}", key)
+
+
 def _check(cfg: TrainConfig) -> None:
+    _check_finite(cfg)
     d, o, r = cfg.data, cfg.optim, cfg.run
     shares = (d.p_joint, d.p_standalone, d.p_document)
     if min(shares) < 0 or sum(shares) <= 0:
@@ -292,8 +310,10 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("data.level1_final_share must lie in [0, 1]", "data")
     if d.val_groups < 1:
         raise DecisionInputError("data.val_groups must be >= 1", "data.val_groups")
-    if o.lr <= 0 or o.batch_size < 1:
-        raise DecisionInputError("optim.lr must be > 0 and optim.batch_size >= 1", "optim")
+    if not 0 < o.lr <= 1:  # AdamW's step is about lr per weight: above 1 it only diverges
+        raise DecisionInputError(f"optim.lr must lie in (0, 1], got {o.lr}", "optim.lr")
+    if o.batch_size < 1:
+        raise DecisionInputError("optim.batch_size must be >= 1", "optim.batch_size")
     if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
         raise DecisionInputError("optim.betas must be two numbers in [0, 1)", "optim.betas")
     if not o.grad_clip > 0:  # 0 zeroes every update, a negative one flips it (ascent)

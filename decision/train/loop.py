@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
-from decision.errors import CheckpointError, DecisionInputError
+from decision.errors import CheckpointError, DecisionInputError, TrainingError
 from decision.train.batches import StepBatches
 from decision.train.config import TrainConfig
 from decision.train.masking import apply_mask, diffusion_loss, sample_t, slot_rates
@@ -403,8 +403,12 @@ def train_loop(
                 break
             batch = collate(batches.rows_for(step), hooks.pad_token_id)
             loss = batch_loss(model, batch, cfg, hooks.mask_token_id, gen, device)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}")
+            if not torch.isfinite(loss):  # no update, no checkpoint: the last one stays
+                raise TrainingError(
+                    f"the training loss is {loss.item()} at step {step + 1}: the run diverged "
+                    f"and stopped (optim.lr is {cfg.optim.lr}); the last checkpoint, if any, "
+                    f"is kept"
+                )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
