@@ -518,3 +518,21 @@ def test_the_xiangqi_only_app_answers_every_error_as_json(tmp_path: Path) -> Non
     r = client.put(GAMES)
     assert r.status_code == 405 and r.json()["error"]["type"] == "method_not_allowed"
     assert client.get(f"{GAMES}/{game['id']}").json()["moves"] == []  # nothing half-played
+
+
+def test_the_xiangqi_only_app_refuses_an_oversized_body_with_413(tmp_path: Path) -> None:
+    """``decision serve`` had the body limit, the Xiangqi-only app read any body whole."""
+    client = TestClient(create_app(tmp_path / "games.sqlite3", FirstMovePlayer()))
+    game = new_game(client, model_side="none")
+    big = b'{"move": "h2e2", "pad": "' + b"x" * 1_000_000 + b'"}'  # the service's default limit
+    json_type = {"content-type": "application/json"}
+    for content in (big, iter([big[:500_000], big[500_000:]])):  # declared length, then chunked
+        r = client.post(f"{GAMES}/{game['id']}/moves", content=content, headers=json_type)
+        assert r.status_code == 413, r.text
+        err = r.json()["error"]
+        assert err["type"] == "payload_too_large" and "1000000 bytes" in err["message"]
+    small = TestClient(create_app(tmp_path / "games.sqlite3", FirstMovePlayer(),
+                                  max_body_bytes=1024))
+    r = small.post(GAMES, json={"fen": "x" * 2000})
+    assert r.status_code == 413 and r.json()["error"]["type"] == "payload_too_large"
+    assert client.get(f"{GAMES}/{game['id']}").json()["moves"] == []

@@ -48,7 +48,8 @@ from apps.xiangqi.store import (
     StaleGameError,
 )
 from decision.errors import DecisionError, DecisionInputError
-from decision.serve.errors import install_error_handlers
+from decision.serve.errors import BodyLimitMiddleware, install_error_handlers
+from decision.serve.settings import ServeSettings
 
 # The service mounts ``static_dir`` at ``static_url`` (decision.serve.app): the web board.
 static_dir = Path(__file__).resolve().parent / "static"
@@ -502,9 +503,13 @@ def post_undo(game_id: str, request: Request, body: VersionRequest | None = None
 
 
 def create_app(
-    db_path: str | Path | None = None, player: Player | Callable[[], Player] | None = None
+    db_path: str | Path | None = None,
+    player: Player | Callable[[], Player] | None = None,
+    *,
+    max_body_bytes: int = ServeSettings.max_body_bytes,
 ) -> FastAPI:
-    """A FastAPI app with only the Xiangqi routes (tests, or ``decision xiangqi serve``)."""
+    """A FastAPI app with only the Xiangqi routes (tests, or ``decision xiangqi serve``); a
+    request body over ``max_body_bytes`` (the service's default) is a 413, as in the service."""
     app = FastAPI(title="Xiangqi against the decision model")
     # the service's JSON error shape for what the routes do not answer themselves: an unknown
     # path or method, an unexpected failure (a plain-text 500 before)
@@ -512,4 +517,5 @@ def create_app(
     app.include_router(router)
     app.mount(static_url, StaticFiles(directory=static_dir, html=True), name="xiangqi:static")
     configure(app, GameStore(db_path), player if player is not None else player_from_setting)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     return app
