@@ -677,3 +677,17 @@ def test_a_non_finite_loss_is_one_line_with_its_step(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("decision train: error: the training loss is nan at step 3:")
     assert "Traceback" not in "\n".join(err)
+
+
+def test_resume_refuses_a_checkpoint_without_trainer_state(tmp_path: Path) -> None:
+    """--resume over a checkpoint lacking trainer_state.pt started a fresh run and overwrote it."""
+    from decision.errors import CheckpointError
+
+    train(tiny_config(tmp_path, max_steps=1))
+    ckpt = tmp_path / "checkpoint"
+    (ckpt / "trainer_state.pt").unlink()
+    weights = (ckpt / "model.safetensors").read_bytes()
+    with pytest.raises(CheckpointError, match="no trainer_state.pt") as err:
+        train(tiny_config(tmp_path, max_steps=2), resume=True)
+    assert str(ckpt) in str(err.value) and "--init-from" in str(err.value)
+    assert (ckpt / "model.safetensors").read_bytes() == weights

@@ -115,7 +115,7 @@ def train(
     ``init_from`` starts a fresh run (new optimiser and schedule) from the weights and tokenizer
     of a model directory, e.g. the shipped ``models/default``: the way to keep training across
     sessions when the run directory (git-ignored) is gone. ``resume`` takes precedence when the
-    run directory has a checkpoint.
+    run directory has a checkpoint (one without trainer state is an error).
     """
     if cfg.data.task != "contracts":
         raise DecisionInputError(
@@ -128,7 +128,13 @@ def train(
     out = Path(cfg.run.out_dir)
     ckpt = recover_checkpoint(out)
     state = None
-    if resume and (ckpt / STATE_FILE).is_file():
+    if resume and ckpt.exists():
+        if not (ckpt / STATE_FILE).is_file():  # was: a fresh run over it
+            raise CheckpointError(
+                f"cannot resume: {ckpt} has no {STATE_FILE} (optimiser, step, data position); "
+                f"to train on from its weights, start a new run with --init-from {ckpt} and "
+                "another --out-dir"
+            )
         model = load_trainable(ckpt, "resume with")
         check_model_matches(model, cfg, ckpt)
         tokenizer = model.tokenizer
