@@ -252,7 +252,7 @@ def test_a_group_the_model_rejects_is_skipped_whole(
     assert [r.group_id for r in read_predictions(out)] == ["small"]
     assert "group big skipped" in capsys.readouterr().err
     # standalone takes the nine questions one per pass
-    result = score_csv(path, out, engine, mode="standalone", show_progress=False)
+    result = score_csv(path, out, engine, mode="standalone", overwrite=True, show_progress=False)
     assert result.problems == [] and len(read_predictions(out)) == 10
     with pytest.raises(DecisionInputError, match=r"in\.csv:2: group 'big'"):
         score_csv(path, tmp_path / "strict.csv", engine, mode="joint", strict=True,
@@ -329,6 +329,33 @@ def test_resume_with_another_input_is_refused_and_keeps_the_file(tmp_path: Path)
     with pytest.raises(DecisionInputError, match="group 'g2', which this input does not have"):
         score_csv(smaller, out, engine, resume=True, show_progress=False)
     assert out.read_bytes() == before
+
+
+def test_an_existing_out_is_replaced_only_with_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _fake_csv(tmp_path / "in.csv", ["one"])
+    engine: Any = _FakeEngine()
+    out = tmp_path / "notes.csv"
+    out.write_text("my,own\nfile,here\n")  # used to be overwritten without a word
+    with pytest.raises(DecisionInputError, match="exists; pass --resume to continue it or "
+                                                 "--overwrite to replace it"):
+        score_csv(path, out, engine, show_progress=False)
+    assert out.read_text() == "my,own\nfile,here\n"
+    # the CLI refuses before it loads a model (there is none at --model here)
+    assert cli_main(["score", str(path), "--out", str(out), "--model",
+                     str(tmp_path / "no-model")]) == 2
+    assert "--overwrite to replace it" in capsys.readouterr().err
+    assert out.read_text() == "my,own\nfile,here\n"
+    score_csv(path, out, engine, overwrite=True, show_progress=False)
+    assert [r.group_id for r in read_predictions(out)] == ["g0"]
+    empty = tmp_path / "empty.csv"
+    empty.touch()  # an empty file (mktemp) is nobody's data
+    score_csv(path, empty, engine, show_progress=False)
+    with pytest.raises(DecisionInputError, match="not both"):
+        score_csv(path, out, engine, resume=True, overwrite=True, show_progress=False)
+    with pytest.raises(SystemExit):  # argparse: --resume and --overwrite exclude each other
+        cli_main(["score", str(path), "--out", str(out), "--resume", "--overwrite"])
 
 
 def test_predictions_never_overwrite_the_input(tmp_path: Path) -> None:

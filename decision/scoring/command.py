@@ -19,8 +19,12 @@ def register(subparsers: Any) -> None:
                    "answer_type,options,gold")
     p.add_argument("--out", required=True, metavar="OUT.csv", help="predictions file")
     p.add_argument("--mode", choices=["joint", "standalone", "both"], default="joint")
-    p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted run: keep the groups complete in OUT.csv")
+    existing = p.add_mutually_exclusive_group()
+    existing.add_argument("--resume", action="store_true",
+                          help="continue an interrupted run: keep the groups complete in OUT.csv")
+    existing.add_argument("--overwrite", action="store_true",
+                          help="replace an existing OUT.csv (without --resume or --overwrite, "
+                          "an existing non-empty OUT.csv is refused)")
     p.add_argument("--strict", action="store_true",
                    help="stop at the first malformed row instead of skipping it")
     p.add_argument("--model", metavar="DIR", default=None,
@@ -38,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from decision.errors import DecisionInputError
-    from decision.scoring.runner import score_csv
+    from decision.scoring.runner import check_paths, score_csv
     from decision.scoring.summary import write_summary
     from decision.serve.api import DecideOptions
     from decision.serve.engine import ModelEngine
@@ -51,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
     input_path, out_path = Path(args.input), Path(args.out)
     if not input_path.is_file():
         raise DecisionInputError(f"{input_path}: no such file", "input")
+    check_paths(input_path, out_path, resume=args.resume, overwrite=args.overwrite)
     engine = ModelEngine.load(args.model, device=args.device)
     result = score_csv(
-        input_path, out_path, engine, mode=args.mode, resume=args.resume, strict=args.strict,
+        input_path, out_path, engine, mode=args.mode, resume=args.resume,
+        overwrite=args.overwrite, strict=args.strict,
         batch_groups=args.batch_groups, options=options, show_progress=not args.no_progress,
     )
     json_path, md_path = write_summary(result, out_path, engine.name, input_path)

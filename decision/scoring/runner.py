@@ -100,6 +100,22 @@ def _decide_all(engine: ServiceEngine, prepared: list[Any]) -> list[Any]:
     return out
 
 
+def check_paths(input_path: Path, out_path: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse an ``out_path`` this run must not write: the input itself, or an existing
+    non-empty file without ``resume`` (continue it) or ``overwrite`` (replace it), since it may
+    be anything (another run's predictions, someone's notes). Cheap: called before the model
+    loads, and again by ``score_csv``."""
+    if resume and overwrite:
+        raise DecisionInputError("--resume continues the predictions file and --overwrite "
+                                 "replaces it: not both", "out")
+    if out_path.resolve() == input_path.resolve():
+        # the writer would truncate the input it was scoring
+        raise DecisionInputError(f"{out_path}: the predictions would overwrite the input", "out")
+    if not (resume or overwrite) and out_path.is_file() and out_path.stat().st_size > 0:
+        raise DecisionInputError(f"{out_path}: exists; pass --resume to continue it or "
+                                 "--overwrite to replace it", "out")
+
+
 def score_csv(
     input_path: Path,
     out_path: Path,
@@ -107,20 +123,23 @@ def score_csv(
     *,
     mode: str = "joint",
     resume: bool = False,
+    overwrite: bool = False,
     strict: bool = False,
     batch_groups: int = 8,
     options: DecideOptions | None = None,
     progress_stream: TextIO | None = None,
     show_progress: bool = True,
 ) -> ScoreResult:
-    """Score every group of ``input_path`` into ``out_path`` (see the module docstring)."""
+    """Score every group of ``input_path`` into ``out_path`` (see the module docstring).
+
+    An existing non-empty ``out_path`` is refused unless ``resume`` or ``overwrite``
+    (``check_paths``).
+    """
     if mode not in MODES:
         raise DecisionInputError(f"mode must be one of {sorted(MODES)}, got {mode!r}", "mode")
     if batch_groups < 1:
         raise DecisionInputError("batch_groups must be at least 1", "batch_groups")
-    if out_path.resolve() == input_path.resolve():
-        # the writer would truncate the input it was scoring
-        raise DecisionInputError(f"{out_path}: the predictions would overwrite the input", "out")
+    check_paths(input_path, out_path, resume=resume, overwrite=overwrite)
     modes = MODES[mode]
     options = options or DecideOptions()
     stream = progress_stream if progress_stream is not None else sys.stderr
