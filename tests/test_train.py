@@ -691,3 +691,31 @@ def test_resume_refuses_a_checkpoint_without_trainer_state(tmp_path: Path) -> No
         train(tiny_config(tmp_path, max_steps=2), resume=True)
     assert str(ckpt) in str(err.value) and "--init-from" in str(err.value)
     assert (ckpt / "model.safetensors").read_bytes() == weights
+
+
+def test_a_fresh_run_refuses_a_directory_that_holds_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run started again without --resume overwrote the directory's checkpoint silently."""
+    from decision.train.cli import main
+    from decision.train.loop import load_trainer_state
+
+    train(tiny_config(tmp_path, max_steps=2))
+    with pytest.raises(DecisionInputError, match="already holds a run .*--resume") as err:
+        train(tiny_config(tmp_path, max_steps=2))
+    assert err.value.field == "run.out_dir"
+    assert load_trainer_state(tmp_path / "checkpoint")["step"] == 2
+    capsys.readouterr()
+    assert main(["--config", str(TINY), "--out-dir", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {tmp_path} already holds a run (checkpoint, tokenizer.json")
+
+
+def test_max_steps_below_one_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--max-steps -3 was accepted: a run of no step that wrote a checkpoint at step 0."""
+    from decision.train.cli import main
+
+    out = tmp_path / "run"
+    assert main(["--config", str(TINY), "--out-dir", str(out), "--max-steps", "-3"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --max-steps must be >= 1, got -3"
+    assert not out.exists()

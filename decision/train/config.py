@@ -243,6 +243,14 @@ def check_minutes(minutes: float | None) -> float | None:
     return minutes
 
 
+def check_max_steps(steps: int | None) -> int | None:
+    """``steps`` if it is a step to stop at (None: the config's ``run.max_steps``), else the
+    error (a run asked to stop at step 0 or before would only rewrite its checkpoint)."""
+    if steps is not None and steps < 1:
+        raise DecisionInputError(f"--max-steps must be >= 1, got {steps}", "max_steps")
+    return steps
+
+
 def check_device(name: str) -> str:
     """``name`` if it is a ``run.device`` value (``cpu``, ``cuda``, ``cuda:N``, ``auto``)."""
     if not isinstance(name, str) or not re.fullmatch(r"cpu|auto|cuda(:\d+)?", name):

@@ -21,9 +21,10 @@ from tokenizers import Tokenizer
 
 from decision.errors import CheckpointError, DecisionInputError
 from decision.tokenizer import special_ids, train_tokenizer
-from decision.train.config import TrainConfig, check_minutes
+from decision.train.config import TrainConfig, check_max_steps, check_minutes
 from decision.train.data import RowSource, ValidationSet, tokenizer_corpus
 from decision.train.loop import (
+    CHECKPOINT_DIR,
     STATE_FILE,
     LoopHooks,
     LoopResult,
@@ -103,6 +104,22 @@ def check_model_matches(model: Any, cfg: TrainConfig, source: str | Path) -> Non
         )
 
 
+# What a run writes into its directory (besides checkpoint.tmp / .old while it saves)
+RUN_FILES = (CHECKPOINT_DIR, CHECKPOINT_DIR + ".tmp", CHECKPOINT_DIR + ".old", "tokenizer.json",
+             "evals.jsonl")
+
+
+def check_no_run(out: Path) -> None:
+    """Refuse a fresh run (no ``--resume``) in a directory that already holds one: it would
+    overwrite the run's checkpoint and tokenizer and append to its evals.jsonl."""
+    held = [name for name in RUN_FILES if (out / name).exists()]
+    if held:
+        raise DecisionInputError(
+            f"{out} already holds a run ({', '.join(held)}): continue it with --resume, or "
+            "start a new one in another directory (--out-dir or run.out_dir)", "run.out_dir",
+        )
+
+
 def train(
     cfg: TrainConfig,
     resume: bool = False,
@@ -115,7 +132,8 @@ def train(
     ``init_from`` starts a fresh run (new optimiser and schedule) from the weights and tokenizer
     of a model directory, e.g. the shipped ``models/default``: the way to keep training across
     sessions when the run directory (git-ignored) is gone. ``resume`` takes precedence when the
-    run directory has a checkpoint (one without trainer state is an error).
+    run directory has a checkpoint (one without trainer state is an error); without ``resume``,
+    a directory that already holds a run is refused.
     """
     if cfg.data.task != "contracts":
         raise DecisionInputError(
@@ -123,6 +141,7 @@ def train(
             "trains with python -m apps.xiangqi.train_player)", "data.task",
         )
     check_minutes(max_minutes)
+    check_max_steps(max_steps)
     resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
     torch.set_num_threads(cfg.run.threads)
     out = Path(cfg.run.out_dir)
@@ -142,6 +161,8 @@ def train(
     else:
         if resume:
             log(f"no checkpoint in {ckpt}: starting a fresh run")
+        else:
+            check_no_run(out)
         if init_from is not None:
             model = load_trainable(init_from, "train with")
             check_model_matches(model, cfg, init_from)
