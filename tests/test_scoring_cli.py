@@ -299,6 +299,35 @@ def test_a_failing_group_is_skipped_whatever_the_batch_size(
     assert [r.group_id for r in read_predictions(out)] == ["g0", "g2"]
 
 
+class _Recording(_FakeEngine):
+    """Records the documents of each ``decide_many`` batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def decide_many(self, prepared: Sequence[Any]) -> list[Any]:
+        self.batches.append([body.document for body in prepared])
+        return super().decide_many(prepared)
+
+
+def test_a_resumed_run_decides_the_batches_of_one_uninterrupted_run(tmp_path: Path) -> None:
+    # A batch's results may depend on what it holds (padded forwards), so a resumed run must not
+    # batch the rest differently: batches are formed by position in the input, and the groups of
+    # a partly written batch that are done already are decided again with it (not rewritten).
+    path = _fake_csv(tmp_path / "in.csv", [f"d{i}" for i in range(5)])
+    full, engine = tmp_path / "full.csv", _Recording()
+    score_csv(path, full, engine, batch_groups=2, show_progress=False)
+    assert engine.batches == [["d0", "d1"], ["d2", "d3"], ["d4"]]
+    # killed between the writes of g2 and g3 (one batch): header and three groups are on disk
+    out = tmp_path / "pred.csv"
+    out.write_bytes(b"".join(full.read_bytes().splitlines(keepends=True)[:4]))
+    resumed = _Recording()
+    result = score_csv(path, out, resumed, resume=True, batch_groups=2, show_progress=False)
+    assert result.resumed == 3 and result.scored == 2
+    assert resumed.batches == [["d2", "d3"], ["d4"]]  # was [["d3", "d4"]]
+    assert out.read_bytes() == full.read_bytes()
+
+
 def test_resume_with_another_mode_is_refused_and_keeps_the_file(tmp_path: Path) -> None:
     path = _fake_csv(tmp_path / "in.csv", ["one", "two"])
     out = tmp_path / "pred.csv"

@@ -2,7 +2,8 @@
 
 Groups are decided a few at a time in one ``decide_many`` call (every mode asked for), then each
 group's rows are written and flushed before the next batch, so an interrupted run loses at most
-the batch in flight, and ``resume`` skips the groups already complete in the output.
+the batch in flight, and ``resume`` skips the groups already complete in the output. Batches are
+formed by position in the input whether resumed or not (see ``score_csv``).
 """
 
 from __future__ import annotations
@@ -149,16 +150,24 @@ def score_csv(
     expected = {g.group_id: len(g.questions) * len(modes) for g in groups}
     questions = {g.group_id: {q.question.id for q in g.questions} for g in groups}
     done = recover(out_path, expected, modes, questions) if resume else set()
-    todo = [g for g in groups if g.group_id not in done]
     bar = Progress(len(groups), done=len(done), stream=stream, enabled=show_progress)
     scored = 0
     with PredictionWriter(out_path, append=resume) as writer:
-        for start in range(0, len(todo), batch_groups):
-            chunk = todo[start : start + batch_groups]
+        # Batches are formed by position in the input, done or not, and a batch with any group
+        # left is decided whole (the done ones are not written again): a batch's results may
+        # depend on what it holds (padded forwards), so a resumed run decides every group in
+        # the batch it had in one uninterrupted run with the same batch_groups, and writes the
+        # same bytes. It costs at most the done part of one batch (or of a batch with a group
+        # that was skipped).
+        for start in range(0, len(groups), batch_groups):
+            batch = groups[start : start + batch_groups]
+            chunk = [g for g in batch if g.group_id not in done]
+            if not chunk:
+                continue
             jobs: list[tuple[InputGroup, str]] = []
             prepared: list[Any] = []
             failed: dict[str, str] = {}
-            for group in chunk:
+            for group in batch:
                 for m in modes:
                     try:
                         prepared.append(engine.prepare(_body(group, m, options)))
@@ -167,7 +176,7 @@ def score_csv(
                         where = f" ({exc.field})" if exc.field else ""
                         failed.setdefault(group.group_id, f"{m}: {exc.message}{where}")
             results = _decide_all(engine, prepared)
-            per_group: dict[str, list[PredictionRow]] = {g.group_id: [] for g in chunk}
+            per_group: dict[str, list[PredictionRow]] = {g.group_id: [] for g in batch}
             for (group, m), result in zip(jobs, results, strict=True):
                 if isinstance(result, BaseException):
                     failed.setdefault(group.group_id, f"{m}: {type(result).__name__}: {result}")
