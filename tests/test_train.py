@@ -719,3 +719,52 @@ def test_max_steps_below_one_is_refused(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["--config", str(TINY), "--out-dir", str(out), "--max-steps", "-3"]) == 2
     assert capsys.readouterr().err.strip() == "error: --max-steps must be >= 1, got -3"
     assert not out.exists()
+
+
+def test_export_refuses_a_directory_it_would_destroy(
+    tiny_runs: dict[str, object], tmp_path: Path
+) -> None:
+    """export_checkpoint replaced its destination whole: the run directory itself (checkpoint
+    included), or any directory of the user's, was deleted."""
+    from decision.train.recipe import export_checkpoint
+
+    ckpt = tiny_runs["full"].checkpoint  # type: ignore[attr-defined]
+    run = ckpt.parent
+    for dest, words in [(run, "holds the run directory"), (run.parent, "holds the run directory"),
+                        (ckpt, "the run's own checkpoint"),
+                        (ckpt / "export", "the run's own checkpoint")]:
+        with pytest.raises(DecisionInputError, match=words) as err:
+            export_checkpoint(ckpt, dest)
+        assert err.value.field == "export"
+    assert (ckpt / "trainer_state.pt").is_file()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(DecisionInputError, match="'notes.txt', which is not an exported model"):
+        export_checkpoint(ckpt, mine)
+    assert (mine / "notes.txt").read_text() == "keep"
+    (tmp_path / "file").write_text("keep")
+    with pytest.raises(DecisionInputError, match="a file"):
+        export_checkpoint(ckpt, tmp_path / "file")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert export_checkpoint(ckpt, empty) == empty.resolve()  # empty: taken
+    assert export_checkpoint(ckpt, empty) == empty.resolve()  # a previous export: replaced
+
+
+def test_command_line_export_is_checked_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--export . trained, then crashed (or deleted the run directory holding it)."""
+    from decision.model import load_model
+    from decision.train.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for dest in (".", "runs/x", "runs"):
+        assert main(["--config", str(TINY), "--out-dir", "runs/x", "--export", dest]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"error: --export {dest}: the export replaces ")
+        assert not (tmp_path / "runs").exists()  # refused before any training
+    assert main(["--config", str(TINY), "--out-dir", "runs/x", "--max-steps", "1",
+                 "--export", "runs/x/export"]) == 0  # the documented layout
+    assert load_model(tmp_path / "runs/x/export", dtype=None).dtype == torch.bfloat16

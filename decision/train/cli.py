@@ -33,13 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from decision.train.config import check_device, load_config
-    from decision.train.recipe import export_checkpoint, train
+    from decision.train.recipe import check_export_dest, export_checkpoint, train
 
     cfg = load_config(args.config)
     if args.out_dir:
         cfg.run.out_dir = args.out_dir
     if args.device:
         cfg.run.device = check_device(args.device)
+    if args.export:  # before training: a run must not end in an export that cannot be written
+        check_export_dest(args.export, cfg.run.out_dir)
     result = train(cfg, resume=args.resume, max_minutes=args.max_minutes,
                    max_steps=args.max_steps, init_from=args.init_from)
     if args.export:

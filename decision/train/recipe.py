@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -196,12 +197,70 @@ def train(
     return TrainResult(ckpt, result)
 
 
+# The files of a model directory (``checkpoint.save_checkpoint``): all an export may replace.
+MODEL_FILE = re.compile(
+    r"config\.json|tokenizer\.json|model\.safetensors(\.index\.json)?"
+    r"|model-\d+-of-\d+\.safetensors"
+)
+
+
+def check_export_dest(dest: str | Path, run_dir: str | Path) -> Path:
+    """``dest`` resolved, if an export of the run in ``run_dir`` may replace it whole, else a
+    ``DecisionInputError``: it must not be the run directory or hold it (``--export .``
+    replaced the run directory, checkpoint included), must not be one of the run's own
+    entries (``checkpoint/`` ...), and may exist only as a directory of model files (empty, or
+    a previous export). The same holds for its ``.tmp`` and ``.old`` siblings, which the export
+    writes and removes. ``runs/x/export`` inside the run directory is fine."""
+    target = Path(dest).resolve()
+    run = Path(run_dir).resolve()
+    if not target.name:
+        raise DecisionInputError(f"--export {dest}: the file-system root", "export")
+    for path in (target, target.with_name(target.name + ".tmp"),
+                 target.with_name(target.name + ".old")):
+        shown = dest if path == target else path
+        if run.is_relative_to(path):
+            raise DecisionInputError(
+                f"--export {dest}: the export replaces {shown} whole, and it holds the run "
+                f"directory {run_dir}; export to a new or empty directory, e.g. "
+                f"{Path(run_dir) / 'export'}", "export",
+            )
+        for name in RUN_FILES:
+            if path.is_relative_to(run / name):
+                raise DecisionInputError(
+                    f"--export {dest}: {shown} is the run's own {name}; export to a new or "
+                    f"empty directory, e.g. {Path(run_dir) / 'export'}", "export",
+                )
+        if path.exists() or path.is_symlink():
+            other = _not_model_files(path)
+            if other:
+                raise DecisionInputError(
+                    f"--export {dest}: {shown} holds {other}, which is not an exported model; "
+                    "the export replaces the directory whole: give a new or empty one, or "
+                    "a previous export", "export",
+                )
+    return target
+
+
+def _not_model_files(path: Path) -> str | None:
+    """What in ``path`` is not part of a model directory (None: nothing, it may be replaced)."""
+    if not path.is_dir():
+        return "a file" if path.exists() else "a broken link"
+    for child in sorted(path.iterdir()):
+        if not (child.is_file() and MODEL_FILE.fullmatch(child.name)):
+            return repr(child.name)
+    return None
+
+
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
-    """Write the checkpoint's model in bf16 (config.json, safetensors, tokenizer.json) only."""
+    """Write the checkpoint's model in bf16 (config.json, safetensors, tokenizer.json) only.
+
+    ``out_dir`` is checked first (:func:`check_export_dest`, the checkpoint's parent taken as
+    the run directory): it is replaced whole, so only a new directory, an empty one or a
+    previous export is taken."""
     from decision.model import load_model
 
+    dest = check_export_dest(out_dir, Path(checkpoint).resolve().parent)
     model = load_model(checkpoint, dtype=torch.bfloat16)
-    dest = Path(out_dir)
     # Written beside ``dest`` and swapped in: an interrupted export leaves the previous one whole.
     tmp = dest.with_name(dest.name + ".tmp")
     old = dest.with_name(dest.name + ".old")
