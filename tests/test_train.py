@@ -632,9 +632,26 @@ def test_resume_with_an_edited_config_says_what_changed(
     said = out.out + out.err
     assert "the config differs from the checkpoint's" in said
     assert "run.max_steps 2 -> 3" in said and "optim.lr" not in said
+    assert "rows of the steps" not in said  # max_steps does not change the data
     train(tiny_config(tmp_path, max_steps=3), max_steps=3, resume=True)  # unchanged: no line
     out = capsys.readouterr()
     assert "differs" not in out.out + out.err
+
+
+def test_resume_says_when_the_data_order_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The log said "the seed and the data order stay those of step 0" whatever changed, though
+    run.seed and optim.batch_size decide which rows the next steps take."""
+    train(tiny_config(tmp_path, max_steps=2))
+    capsys.readouterr()
+    raw = json.loads(TINY.read_text())
+    raw["run"].update(out_dir=str(tmp_path), eval_every=10_000, max_steps=3, seed=5)
+    raw["optim"]["batch_size"] = 3
+    train(config_from_dict(raw), resume=True)
+    said = capsys.readouterr().err
+    assert "stay those of step 0" not in said
+    assert "optim.batch_size, run.seed changed: the rows of the steps from here on" in said
 
 
 def test_nan_from_a_json_config_file_is_refused(tmp_path: Path) -> None:

@@ -33,6 +33,10 @@ from decision.train.rows import Batch, Row, collate
 
 STATE_FILE = "trainer_state.pt"
 CHECKPOINT_DIR = "checkpoint"
+# Settings that decide which rows step s trains on (rows: run.seed and data.*, bar
+# data.val_groups; batches: optim.batch_size and run.length_window): changed on resume, they
+# change the data from there on.
+DATA_KEYS = ("run.seed", "optim.batch_size", "run.length_window")
 
 
 class TrainableModel(Protocol):
@@ -373,8 +377,14 @@ def train_loop(
         changed = config_changes(out_dir / CHECKPOINT_DIR / "train_config.json", cfg)
         if changed:
             hooks.log("the config differs from the checkpoint's (the run goes on with the new "
-                      "values; the seed and the data order stay those of step 0): "
-                      + "; ".join(changed))
+                      "values): " + "; ".join(changed))
+            keys = [c.split()[0] for c in changed]
+            data = [k for k in keys if k in DATA_KEYS
+                    or (k.startswith("data.") and k != "data.val_groups")]
+            if data:
+                hooks.log(f"{', '.join(data)} changed: the rows of the steps from here on are "
+                          "not those the checkpoint's config would have drawn (the masking "
+                          "noise goes on from the checkpoint)")
 
     hooks.log(f"training on {device}" + (f", {cfg.run.threads} CPU threads"
                                          if device.type == "cpu" else ""))
