@@ -68,3 +68,51 @@ def test_a_bad_model_setting_exits_2_before_the_game_or_server_starts(
     monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "deep")
     assert decision_main(["xiangqi", "play"]) == 2
     assert "DECISION_XIANGQI_SEARCH" in capsys.readouterr().err
+
+
+def test_an_unusable_game_store_exits_2_with_one_line_naming_it(
+    tmp_path, capsys, monkeypatch  # type: ignore[no-untyped-def]
+) -> None:
+    """``decision xiangqi serve --db DIR`` printed a traceback; ``decision serve`` with
+    DECISION_XIANGQI_DB=DIR started, then answered every game request 500."""
+    from decision.cli import main as decision_main
+
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    assert decision_main(["xiangqi", "serve", "--db", str(folder), "--model", "random",
+                          "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(folder) in err and "is a directory" in err, err
+    assert "DECISION_XIANGQI_DB" in err and "Traceback" not in err
+    assert "Xiangqi board at" not in err
+    # decision serve: refused before the model is loaded (a missing model would say so instead)
+    monkeypatch.setenv("DECISION_XIANGQI_DB", str(folder))
+    monkeypatch.setenv("DECISION_XIANGQI_MODEL", "random")
+    assert decision_main(["serve", "--model", str(tmp_path / "absent"), "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(folder) in err and "is a directory" in err, err
+    assert "cannot load the model" not in err
+
+
+def test_an_app_built_in_code_on_an_unusable_store_answers_503(
+    tmp_path, monkeypatch  # type: ignore[no-untyped-def]
+) -> None:
+    """Without the commands' start-up check (the routes mounted in code, as ``decision serve``'s
+    ``create_app`` does), the store is opened at the first request: 503 naming the path, as
+    for a model that cannot be loaded, and tried again on the next request."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from apps.xiangqi.api import router
+
+    app = FastAPI()
+    app.include_router(router)
+    monkeypatch.setenv("DECISION_XIANGQI_DB", str(tmp_path))
+    client = TestClient(app)
+    r = client.post("/api/xiangqi/games")
+    assert r.status_code == 503, r.text
+    err = r.json()["error"]
+    assert err["type"] == "unavailable" and err["field"] == "DECISION_XIANGQI_DB"
+    assert str(tmp_path) in err["message"] and "is a directory" in err["message"]
+    monkeypatch.setenv("DECISION_XIANGQI_DB", str(tmp_path / "games.sqlite3"))
+    assert client.post("/api/xiangqi/games").status_code == 201

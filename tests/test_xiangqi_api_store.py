@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -12,10 +13,13 @@ from apps.xiangqi.store import (
     GameBusy,
     GameNotFound,
     GameStore,
+    GameStoreUnusable,
     PlayedMove,
     StaleGameError,
+    check_store_path,
     default_db_path,
 )
+from decision.errors import DecisionInputError
 
 START = "rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBAKABNR w - - 0 1"
 
@@ -62,8 +66,60 @@ def test_newer_schema_is_not_read(tmp_path: Path) -> None:
     GameStore(path)
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA user_version=99")
-    with pytest.raises(RuntimeError, match="schema version 99"):
+    with pytest.raises(GameStoreUnusable, match="schema version 99"):
         GameStore(path)
+    with pytest.raises(GameStoreUnusable, match="schema version 99"):
+        check_store_path(path)
+
+
+def _unusable_paths(tmp_path: Path) -> list[tuple[Path, str]]:
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "notes.txt").write_text("not a database, but long enough to be read as one " * 9)
+    return [
+        (tmp_path, "is a directory"),
+        (tmp_path / "a-file" / "games.sqlite3", "not a directory"),
+        (tmp_path / "a-file" / "deeper" / "games.sqlite3", "not a directory"),
+        (tmp_path / "notes.txt", "not a database"),
+    ]
+
+
+def test_an_unusable_store_path_is_one_clear_error_naming_it(tmp_path: Path) -> None:
+    """A directory, a path under a file or a file that is not SQLite: the store said
+    'unable to open database file' (or raised an OSError) with a traceback, and a server on it
+    answered 500s. Now it is a ``DecisionInputError`` (the commands exit 2 with its line)
+    naming the path and the reason, from the store and from the start-up check alike."""
+    for path, reason in _unusable_paths(tmp_path):
+        for check in (GameStore, check_store_path):
+            with pytest.raises(GameStoreUnusable) as info:
+                check(path)
+            err = info.value
+            assert isinstance(err, DecisionInputError) and err.field == "DECISION_XIANGQI_DB"
+            assert str(path) in err.message and reason in err.message, err.message
+            assert "\n" not in err.message
+
+
+def test_the_start_up_check_creates_nothing(tmp_path: Path) -> None:
+    """``decision serve`` checks the store's path at start; it must not create the file (or its
+    folders) of a store no request may ever use."""
+    path = tmp_path / "new" / "folder" / "games.sqlite3"
+    check_store_path(path)
+    assert not (tmp_path / "new").exists()
+    GameStore(path).create(START, "none")  # the first use creates them
+    check_store_path(path)  # an existing, usable store
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_an_unwritable_store_is_refused_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "g.sqlite3"
+    GameStore(path).create(START, "none")
+    path.chmod(0o444)
+    with pytest.raises(GameStoreUnusable, match="readonly"):
+        GameStore(path)  # once: opened fine, then a 500 at the first move
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    with pytest.raises(GameStoreUnusable, match="not writable"):
+        check_store_path(folder / "games.sqlite3")
 
 
 def test_default_path_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -44,8 +44,10 @@ from apps.xiangqi.store import (
     GameNotFound,
     GameRecord,
     GameStore,
+    GameStoreUnusable,
     PlayedMove,
     StaleGameError,
+    check_store_path,
 )
 from decision.errors import DecisionError, DecisionInputError
 from decision.serve.errors import BodyLimitMiddleware, install_error_handlers
@@ -429,9 +431,16 @@ class VersionRequest(_Body):
 
 
 router = APIRouter(route_class=_JsonErrorRoute, tags=["xiangqi"])
-# decision serve calls it before it starts: a bad DECISION_XIANGQI_* setting is an exit 2 there
-# rather than a 503 on the first model move
-check_settings = check_player_setting
+
+
+def check_settings() -> None:
+    """``decision serve`` calls it before it starts: a bad DECISION_XIANGQI_* setting is an exit
+    2 there rather than a 503 on the first model move, or a 500 on every game request for an
+    unusable DECISION_XIANGQI_DB (a ``DecisionInputError``, which is a ``ValueError``)."""
+    check_player_setting()
+    check_store_path()
+
+
 _default_lock = threading.Lock()
 
 
@@ -445,9 +454,12 @@ def service_for(app: FastAPI) -> GameService:
             if service is None:
                 decision_service = getattr(app.state, "service", None)  # inside decision serve
                 device = getattr(getattr(app.state, "settings", None), "device", "cpu")
+                try:
+                    store = GameStore()
+                except GameStoreUnusable as e:  # checked at start by the commands, not here
+                    raise GameApiError(503, "unavailable", e.message, e.field) from None
                 service = GameService(
-                    GameStore(),
-                    lambda: player_from_setting(None, device, decision_service),
+                    store, lambda: player_from_setting(None, device, decision_service)
                 )
                 app.state.xiangqi = service
     return service

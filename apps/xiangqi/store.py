@@ -27,7 +27,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from decision.errors import DecisionInputError
+
 SCHEMA_VERSION = 1
+DB_ENV = "DECISION_XIANGQI_DB"
 _MODEL_SIDES = ("red", "black", "none")
 _PLAYERS = ("human", "model")
 
@@ -107,11 +110,54 @@ class GameBusy(RuntimeError):
         self.game_id = game_id
 
 
+class GameStoreUnusable(DecisionInputError):
+    """The store's file cannot be used: a directory, not writable, not a game database."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(
+            f"cannot keep the Xiangqi games in {path}: {reason} (set {DB_ENV}, or --db for "
+            "decision xiangqi serve, to a writable SQLite file)",
+            DB_ENV,
+        )
+        self.path = path
+        self.reason = reason
+
+
+def _os_reason(e: OSError) -> str:
+    """``[Errno 20] Not a directory: '/x/y'`` as ``/x/y: not a directory``."""
+    what = (e.strerror or str(e)).lower()
+    return f"{e.filename}: {what}" if e.filename else what
+
+
+def check_store_path(path: str | os.PathLike[str] | None = None) -> None:
+    """Raise :class:`GameStoreUnusable` unless a store could be kept at ``path`` (default:
+    :func:`default_db_path`), creating nothing: an existing file is opened as the store; for a
+    missing one, its nearest existing folder must be a folder this process may write in.
+    ``decision serve`` runs it at start, when no game may ever be played."""
+    path = Path(path) if path is not None else default_db_path()
+    if path.exists():
+        GameStore(path)
+        return
+    folder = _existing_folder(path)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise GameStoreUnusable(path, f"{folder}: not writable")
+
+
+def _existing_folder(path: Path) -> Path:
+    """The nearest existing folder above ``path``; one that is a file -> GameStoreUnusable."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise GameStoreUnusable(path, f"{folder}: not a directory")
+    return folder
+
+
 def default_db_path() -> Path:
     """Where games live unless configured: ``$DECISION_XIANGQI_DB``, else ``xiangqi.sqlite3``
     in ``$DECISION_DATA_DIR``, else in ``$XDG_DATA_HOME/decision`` (``~/.local/share/decision``).
     """
-    explicit = os.environ.get("DECISION_XIANGQI_DB")
+    explicit = os.environ.get(DB_ENV)
     if explicit:
         return Path(explicit)
     data_dir = os.environ.get("DECISION_DATA_DIR")
@@ -129,19 +175,30 @@ class GameStore:
         self.timeout_s = timeout_s
         self._busy: set[str] = set()  # ids of the games being changed; guarded by _busy_guard
         self._busy_guard = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as conn:
-            # WAL lets readers run while a writer commits; it is a property of the file.
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(_SCHEMA)
-            found = conn.execute("PRAGMA user_version").fetchone()[0]
-            if found == 0:
+        # Opened (and written) now, so an unusable file is one clear error at start-up, not a
+        # 500 at every request.
+        try:
+            if self.path.is_dir():
+                raise GameStoreUnusable(self.path, "it is a directory")
+            _existing_folder(self.path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as conn:
+                # WAL lets readers run while a writer commits; it is a property of the file.
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(_SCHEMA)
+                found = conn.execute("PRAGMA user_version").fetchone()[0]
+                if found not in (0, SCHEMA_VERSION):
+                    raise GameStoreUnusable(
+                        self.path, f"it has game schema version {found}; this code reads "
+                        f"version {SCHEMA_VERSION}",
+                    )
+                # Written even when already set: SQLite opens a file it may not write read-only
+                # without a word, and the first move would fail.
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            elif found != SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{self.path} has game schema version {found}; this code reads "
-                    f"version {SCHEMA_VERSION}"
-                )
+        except OSError as e:
+            raise GameStoreUnusable(self.path, _os_reason(e)) from None
+        except sqlite3.Error as e:
+            raise GameStoreUnusable(self.path, str(e)) from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
