@@ -4,6 +4,7 @@ predictions, summary metrics against a direct computation, interruption and resu
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import signal
@@ -326,6 +327,44 @@ def test_a_resumed_run_decides_the_batches_of_one_uninterrupted_run(tmp_path: Pa
     assert result.resumed == 3 and result.scored == 2
     assert resumed.batches == [["d2", "d3"], ["d4"]]  # was [["d3", "d4"]]
     assert out.read_bytes() == full.read_bytes()
+
+
+def test_messages_start_their_own_line_under_the_progress_bar(tmp_path: Path) -> None:
+    path = _fake_csv(tmp_path / "in.csv", ["fine", "boom", "fine too"])
+    stream = io.StringIO()
+    engine: Any = _FakeEngine()
+    score_csv(path, tmp_path / "pred.csv", engine, batch_groups=1, progress_stream=stream)
+    text = stream.getvalue()
+    message = [line for line in text.split("\n") if "skipped" in line]
+    assert len(message) == 1
+    # what the terminal shows of that line after its carriage returns: the message alone (it
+    # used to follow the bar: "score [...] 1/3 groups ... eta 0s   in.csv:3: group g1 ...")
+    assert message[0].split("\r")[-1].startswith(f"{path}:3: group g1 skipped")
+    assert "groups" in text.split("\n")[-2] and text.endswith("\n")  # the bar drawn again, ended
+
+
+class _Interrupted(_FakeEngine):
+    def decide_many(self, prepared: Sequence[Any]) -> list[Any]:
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_run_ends_the_bar_and_says_how_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _fake_csv(tmp_path / "in.csv", ["one", "two"])
+    stream = io.StringIO()
+    engine: Any = _Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        score_csv(path, tmp_path / "a.csv", engine, progress_stream=stream)
+    assert stream.getvalue().endswith("\n")  # "decision score: interrupted" gets its own line
+    monkeypatch.setattr(ModelEngine, "load", lambda *a, **k: _Interrupted())
+    out = tmp_path / "b.csv"
+    assert cli_main(["score", str(path), "--out", str(out), "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert err.endswith(f"decision score: interrupted; the groups done so far are in {out}: "
+                        "run it again with --resume to continue\n")
+    assert cli_main(["score", str(path), "--out", str(out), "--no-progress", "--resume"]) == 130
+    assert "run the same command again to continue" in capsys.readouterr().err
 
 
 def test_resume_with_another_mode_is_refused_and_keeps_the_file(tmp_path: Path) -> None:

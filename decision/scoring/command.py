@@ -57,11 +57,22 @@ def run(args: argparse.Namespace) -> int:
         raise DecisionInputError(f"{input_path}: no such file", "input")
     check_paths(input_path, out_path, resume=args.resume, overwrite=args.overwrite)
     engine = ModelEngine.load(args.model, device=args.device)
-    result = score_csv(
-        input_path, out_path, engine, mode=args.mode, resume=args.resume,
-        overwrite=args.overwrite, strict=args.strict,
-        batch_groups=args.batch_groups, options=options, show_progress=not args.no_progress,
-    )
+    try:
+        result = score_csv(
+            input_path, out_path, engine, mode=args.mode, resume=args.resume,
+            overwrite=args.overwrite, strict=args.strict,
+            batch_groups=args.batch_groups, options=options, show_progress=not args.no_progress,
+        )
+    except KeyboardInterrupt:
+        if args.resume:
+            how = "run the same command again"
+        elif args.overwrite:
+            how = "run it again with --resume instead of --overwrite"
+        else:
+            how = "run it again with --resume"
+        print(f"decision score: interrupted; the groups done so far are in {out_path}: "
+              f"{how} to continue", file=sys.stderr)
+        return 130
     json_path, md_path = write_summary(result, out_path, engine.name, input_path)
     print(
         f"scored {result.scored} groups ({result.resumed} kept from before, "

@@ -8,7 +8,11 @@ from typing import TextIO
 
 
 class Progress:
-    """``update(n)`` after each group; ``close()`` ends the line. Silent when ``enabled`` is off."""
+    """``update(n)`` after each group; ``close()`` ends the line. Silent when ``enabled`` is off.
+
+    The bar is redrawn in place (a carriage return, no newline), so anything else written to the
+    stream while it is shown goes through ``message``, which clears the bar first.
+    """
 
     WIDTH = 24
 
@@ -24,6 +28,16 @@ class Progress:
         self._start = time.monotonic()
         self._start_done = done
         self._last_draw = 0.0
+        self._shown = 0  # characters of the bar on the current line
+        self._draw(force=True)
+
+    def message(self, text: str) -> None:
+        """Print ``text`` on a line of its own (clearing the bar), then draw the bar again."""
+        if self.enabled and self._shown:
+            self.stream.write("\r" + " " * self._shown + "\r")
+            self._shown = 0
+        self.stream.write(text + "\n")
+        self.stream.flush()
         self._draw(force=True)
 
     def update(self, count: int = 1) -> None:
@@ -44,14 +58,17 @@ class Progress:
         new = self.done - self._start_done
         rate = new / elapsed if elapsed > 0 and new > 0 else 0.0
         eta = f"{(self.total - self.done) / rate:.0f}s" if rate > 0 else "?"
-        self.stream.write(
-            f"\r{self.label} [{bar}] {self.done}/{self.total} groups  "
-            f"{rate:.2f} groups/s  eta {eta}   "
-        )
+        line = (f"{self.label} [{bar}] {self.done}/{self.total} groups  "
+                f"{rate:.2f} groups/s  eta {eta}   ")
+        self.stream.write("\r" + line)
         self.stream.flush()
+        self._shown = len(line)
 
     def close(self) -> None:
+        """Draw the bar a last time and end its line (also after an interruption or an error,
+        so the message that follows starts a line of its own)."""
         if self.enabled:
             self._draw(force=True)
             self.stream.write("\n")
             self.stream.flush()
+            self._shown = 0

@@ -151,6 +151,28 @@ def score_csv(
     questions = {g.group_id: {q.question.id for q in g.questions} for g in groups}
     done = recover(out_path, expected, modes, questions) if resume else set()
     bar = Progress(len(groups), done=len(done), stream=stream, enabled=show_progress)
+    try:
+        scored = _score_batches(input_path, out_path, engine, groups, done, modes, options,
+                                resume=resume, strict=strict, batch_groups=batch_groups,
+                                problems=problems, bar=bar)
+    finally:
+        bar.close()  # ends the bar's line, also when interrupted or stopped by --strict
+    return ScoreResult(
+        groups=groups,
+        modes=modes,
+        resumed=len(done),
+        scored=scored,
+        problems=problems,
+        predictions=read_predictions(out_path),
+    )
+
+
+def _score_batches(
+    input_path: Path, out_path: Path, engine: ServiceEngine, groups: list[InputGroup],
+    done: set[str], modes: tuple[str, ...], options: DecideOptions, *, resume: bool,
+    strict: bool, batch_groups: int, problems: list[Problem], bar: Progress,
+) -> int:
+    """Decide and write the groups not ``done``; returns how many were written."""
     scored = 0
     with PredictionWriter(out_path, append=resume) as writer:
         # Batches are formed by position in the input, done or not, and a batch with any group
@@ -191,18 +213,10 @@ def score_csv(
                             f"{problem.reason}", f"line {problem.line}",
                         )
                     problems.append(problem)
-                    print(f"{input_path}:{problem.line}: group {group.group_id} skipped: "
-                          f"{problem.reason}", file=stream)
+                    bar.message(f"{input_path}:{problem.line}: group {group.group_id} skipped: "
+                                f"{problem.reason}")
                 else:
                     writer.write_group(per_group[group.group_id])
                     scored += 1
                 bar.update()
-    bar.close()
-    return ScoreResult(
-        groups=groups,
-        modes=modes,
-        resumed=len(done),
-        scored=scored,
-        problems=problems,
-        predictions=read_predictions(out_path),
-    )
+    return scored
