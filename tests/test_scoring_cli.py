@@ -250,6 +250,9 @@ def test_a_group_the_model_rejects_is_skipped_whole(
     result = score_csv(path, out, engine, mode="joint", show_progress=False)
     assert [(p.line, p.group_id) for p in result.problems] == [(2, "big")]
     assert "at most 8 questions" in result.problems[0].reason
+    # the hint names what `decision score` offers (it said "use mode='auto'", not an option here)
+    assert "--mode standalone" in result.problems[0].reason
+    assert "auto" not in result.problems[0].reason
     assert [r.group_id for r in read_predictions(out)] == ["small"]
     assert "group big skipped" in capsys.readouterr().err
     # standalone takes the nine questions one per pass

@@ -20,6 +20,7 @@ from decision.scoring.output import PredictionRow, PredictionWriter, read_predic
 from decision.scoring.progress import Progress
 from decision.serve.api import DecideBody, DecideOptions
 from decision.serve.service import ServiceEngine
+from decision.tokenizer import MAX_QUESTIONS
 
 MODES: dict[str, tuple[str, ...]] = {
     "joint": ("joint",),
@@ -191,6 +192,14 @@ def _score_batches(
             failed: dict[str, str] = {}
             for group in batch:
                 for m in modes:
+                    if m == "joint" and len(group.questions) > MAX_QUESTIONS:
+                        # the engine's own message suggests mode 'auto', which this command
+                        # does not offer
+                        failed.setdefault(group.group_id, (
+                            f"joint: joint mode takes at most {MAX_QUESTIONS} questions, the "
+                            f"group has {len(group.questions)}; split it into groups of at most "
+                            f"{MAX_QUESTIONS}, or score it with --mode standalone"))
+                        continue
                     try:
                         prepared.append(engine.prepare(_body(group, m, options)))
                         jobs.append((group, m))
