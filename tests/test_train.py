@@ -785,3 +785,35 @@ def test_command_line_export_is_checked_before_training(
     assert main(["--config", str(TINY), "--out-dir", "runs/x", "--max-steps", "1",
                  "--export", "runs/x/export"]) == 0  # the documented layout
     assert load_model(tmp_path / "runs/x/export", dtype=None).dtype == torch.bfloat16
+
+
+def test_ctrl_c_checkpoints_skips_the_export_and_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGINT stopped the loop with a checkpoint, but the command then exported the interrupted
+    run and exited 0, and nothing was logged when the signal came."""
+    import os
+    import signal
+
+    from decision import cli
+    from decision.train.loop import load_trainer_state
+
+    real = RowSource.row
+
+    def row(self: RowSource, i: int):  # noqa: ANN202 - the hook's row type
+        if i == 2 * self.cfg.optim.batch_size:  # during step 3
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, i)
+
+    monkeypatch.setattr(RowSource, "row", row)
+    out = tmp_path / "run"
+    assert cli.main(["train", "--config", str(TINY), "--out-dir", str(out),
+                     "--export", str(out / "export")]) == 130
+    err = capsys.readouterr().err
+    assert "SIGINT received: stopping at step 3, with a checkpoint" in err
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted by SIGINT at step 3: checkpoint saved in {out / 'checkpoint'}; "
+        "not exported; continue with --resume")
+    assert load_trainer_state(out / "checkpoint")["step"] == 3
+    assert not (out / "export").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -7,6 +7,7 @@ stand-alone (``python -m decision.train --config FILE``).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
 
@@ -44,6 +45,12 @@ def run(args: argparse.Namespace) -> int:
         check_export_dest(args.export, cfg.run.out_dir)
     result = train(cfg, resume=args.resume, max_minutes=args.max_minutes,
                    max_steps=args.max_steps, init_from=args.init_from)
+    if result.loop.signal is not None:  # stopped by Ctrl-C or SIGTERM: no export, not a success
+        name = signal.Signals(result.loop.signal).name
+        skipped = "; not exported" if args.export else ""
+        print(f"interrupted by {name} at step {result.loop.step}: checkpoint saved in "
+              f"{result.checkpoint}{skipped}; continue with --resume", file=sys.stderr)
+        return 128 + result.loop.signal
     if args.export:
         export_checkpoint(result.checkpoint, args.export)
         print(f"exported bf16 model to {args.export}", file=sys.stderr)
@@ -69,3 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     except DecisionError as exc:  # a run that diverged (TrainingError)
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # outside the training loop, which stops with a checkpoint
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -81,6 +81,7 @@ class LoopResult:
     evals: list[dict[str, Any]]
     stopped_because: str
     elapsed_s: float
+    signal: int | None = None  # SIGINT/SIGTERM received: the run was interrupted (checkpointed)
 
 
 def format_eval(record: dict[str, Any]) -> str:
@@ -407,6 +408,8 @@ def train_loop(
         while step < stop_step:
             if stop_signal:
                 reason = f"signal {stop_signal[0]}"
+                hooks.log(f"{signal.Signals(stop_signal[0]).name} received: stopping at step "
+                          f"{step}, with a checkpoint")
                 break
             if minutes > 0 and time.monotonic() - t0 >= minutes * 60:
                 reason = "time budget"
@@ -459,4 +462,6 @@ def train_loop(
             signal.signal(sig, handler)
     elapsed = prior_s + time.monotonic() - t0
     hooks.log(f"stopped at step {step} ({reason}); {elapsed / 60:.1f} min in all")
-    return LoopResult(step, losses, evals, reason, elapsed)
+    # a signal that came during the last step or checkpoint still asks the caller to stop
+    return LoopResult(step, losses, evals, reason, elapsed,
+                      signal=stop_signal[0] if stop_signal else None)
