@@ -206,3 +206,17 @@ def test_generate_cli_with_an_unwritable_out_says_so_in_one_line(
                               "--out", str(out)]) == 2
         err = capsys.readouterr().err.splitlines()
         assert err[-1].startswith(f"error: cannot write {out}: "), err
+
+
+def test_a_byte_that_is_not_utf8_names_its_row(tmp_path: Path) -> None:
+    # used to end the checker CLI with a UnicodeDecodeError traceback
+    path = _write(tmp_path / "in.csv", [["g", "Doc", "q1", "Q?", "boolean", "{}", "true"],
+                                        ["h", "Caf-", "q1", "Q?", "boolean", "{}", "true"]])
+    path.write_bytes(path.read_bytes().replace(b"Caf-", b"Caf\xe9"))
+    with pytest.raises(DecisionInputError,
+                       match=r"^row 3: not UTF-8 \(byte 0xe9 in the document cell\)") as info:
+        read_groups(path)
+    assert info.value.field == "row 3"
+    done = subprocess.run([sys.executable, "-m", "apps.contracts.checker", str(path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and done.stderr.startswith("error: row 3: not UTF-8"), done.stderr

@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -181,6 +181,17 @@ def parse_gold(text: str, answer: dict[str, Any], where: str | None = "gold") ->
     return text
 
 
+def not_utf8(cells: Mapping[Any, str]) -> str | None:
+    """Where the first byte that is not UTF-8 lies in cells read with ``surrogateescape`` (which
+    makes it U+DC80-U+DCFF), as ``byte 0xe9 in the document cell``; None when all decoded."""
+    for name, cell in cells.items():
+        for char in cell:
+            if "\udc80" <= char <= "\udcff":
+                where = f" in the {name} cell" if isinstance(name, str) and name else ""
+                return f"byte 0x{ord(char) - 0xDC00:02x}{where}"
+    return None
+
+
 def resolve_document(cell: str, base: Path, where: str | None = "row") -> str:
     """The document of a cell: inline text, ``@path`` read relative to ``base``, ``@@`` escape."""
     if cell.startswith("@@"):
@@ -203,19 +214,23 @@ def read_groups(path: str | Path) -> list[CsvGroup]:
     """Read a batch-scoring CSV into groups, in order of first appearance.
 
     Raises DecisionInputError naming the row and column for a bad header, a missing document,
-    a duplicate question id, more than eight questions in a group, bad options or a gold value
-    that does not fit its schema.
+    a duplicate question id, more than eight questions in a group, bad options, a gold value
+    that does not fit its schema or a byte that is not UTF-8.
     """
     path = Path(path)
     groups: dict[str, CsvGroup] = {}
     try:
-        # utf-8-sig: a spreadsheet's "CSV UTF-8" export starts with a byte-order mark
-        handle = open(path, newline="", encoding="utf-8-sig")
+        # utf-8-sig: a spreadsheet's "CSV UTF-8" export starts with a byte-order mark;
+        # surrogateescape: a byte that is not UTF-8 is reported with its row (not_utf8)
+        handle = open(path, newline="", encoding="utf-8-sig", errors="surrogateescape")
     except OSError as exc:
         raise DecisionInputError(f"cannot open {path}: {exc.strerror}", "path") from None
     with handle:
         reader = csv.reader(handle)
         header = tuple(next(reader, ()))
+        undecodable = not_utf8(dict(enumerate(header)))
+        if undecodable:
+            raise DecisionInputError(f"{path}: header is not UTF-8 ({undecodable})", "header")
         if header not in (HEADER, HEADER[:-1]):
             raise DecisionInputError(f"{path}: header must be {','.join(HEADER)}; got "
                                      f"{','.join(header)!r}", "header")
@@ -227,6 +242,10 @@ def read_groups(path: str | Path) -> list[CsvGroup]:
                 raise DecisionInputError(f"{where}: expected {len(header)} cells, got {len(row)}",
                                          where)
             cells = dict(zip(header, row, strict=True))
+            undecodable = not_utf8(cells)
+            if undecodable:
+                raise DecisionInputError(f"{where}: not UTF-8 ({undecodable}); save the file as "
+                                         "UTF-8", where)
             group_id, question_id = cells["group_id"].strip(), cells["question_id"].strip()
             if not group_id or not question_id:
                 raise DecisionInputError(f"{where}: group_id and question_id must not be empty",

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from apps.contracts.csv_format import HEADER, _document, _schema, parse_gold
+from apps.contracts.csv_format import HEADER, _document, _schema, not_utf8, parse_gold
 from decision.errors import DecisionInputError
 from decision.schemas.models import Question
 from decision.schemas.regex_guard import check_regex
@@ -66,17 +66,6 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err.get('msg')}{more}" if where else f"{err.get('msg')}{more}"
 
 
-def _not_utf8(cells: dict[Any, str]) -> str | None:
-    """Where the first byte that was not UTF-8 is (``surrogateescape`` made it U+DC80-U+DCFF),
-    as "byte 0xe9 in the document cell"; None when every cell decoded."""
-    for name, cell in cells.items():
-        for char in cell:
-            if "\udc80" <= char <= "\udcff":
-                where = f" in the {name} cell" if isinstance(name, str) and name else ""
-                return f"byte 0x{ord(char) - 0xDC00:02x}{where}"
-    return None
-
-
 def read_groups(path: Path, *, strict: bool = False) -> tuple[list[InputGroup], list[Problem]]:
     """Groups in order of first appearance, and the rows left out.
 
@@ -108,7 +97,7 @@ def read_groups(path: Path, *, strict: bool = False) -> tuple[list[InputGroup], 
         except csv.Error as exc:
             raise DecisionInputError(f"{path}:1: unreadable header: {exc}", "input") from None
         header = [h.strip() for h in header]
-        undecodable = _not_utf8(dict(enumerate(header)))
+        undecodable = not_utf8(dict(enumerate(header)))
         if undecodable:
             raise DecisionInputError(f"{path}:1: header is not UTF-8 ({undecodable})", "input")
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
@@ -138,7 +127,7 @@ def read_groups(path: Path, *, strict: bool = False) -> tuple[list[InputGroup], 
                 continue
             cells = {name: record[i] for name, i in index.items()}
             group_id = cells["group_id"].strip()
-            undecodable = _not_utf8(cells)
+            undecodable = not_utf8(cells)
             if undecodable:
                 # the group id too may hold the bad byte, which stderr could not print
                 bad(start, None, f"not UTF-8 ({undecodable}); save the file as UTF-8")
