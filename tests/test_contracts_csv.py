@@ -220,3 +220,24 @@ def test_a_byte_that_is_not_utf8_names_its_row(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "apps.contracts.checker", str(path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and done.stderr.startswith("error: row 3: not UTF-8"), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("1_000", {"type": "integer"}),
+        ("١٢", {"type": "integer"}),
+        ("1_0.5", {"type": "number"}),
+        ("infinity", {"type": "number"}),
+        ('{"x": NaN}', {"type": "json", "schema": {"type": "object"}}),
+        ("Infinity", {"type": "json", "schema": {"type": "number"}}),
+    ],
+)
+def test_gold_is_written_as_a_decoded_answer_would_be(text: str, answer: dict) -> None:
+    """Python's parsers take digit separators, other scripts' digits and NaN; an answer never holds
+    them, so such a gold is malformed rather than a row that can never be scored right."""
+    with pytest.raises(DecisionInputError, match="does not fit"):
+        parse_gold(text, answer)
+    assert parse_gold(" -12 ", {"type": "integer"}) == -12
+    assert parse_gold(".5", {"type": "number"}) == 0.5
+    assert parse_gold('{"x": 1}', {"type": "json", "schema": {"type": "object"}}) == {"x": 1}

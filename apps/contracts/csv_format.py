@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +140,14 @@ def schema_from_cells(answer_type: str, options_cell: str,
     return {"type": answer_type, **options}
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def parse_gold(text: str, answer: dict[str, Any], where: str | None = "gold") -> Any:
     """The typed gold value of a gold cell under its schema (None for an empty cell);
     ``where`` prefixes errors and is their field (None: field ``gold``, no prefix)."""
@@ -157,26 +166,24 @@ def parse_gold(text: str, answer: dict[str, Any], where: str | None = "gold") ->
             raise bad
         return text.strip().lower() == "true"
     if kind == "integer":
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise bad from None
+        if not _INTEGER.fullmatch(text.strip()):  # int() would also take '1_000' and '١٢'
+            raise bad
+        value = int(text.strip())
         low, high = answer.get("minimum"), answer.get("maximum")
         if (low is not None and value < low) or (high is not None and value > high):
             raise DecisionInputError(f"{prefix}gold {value} is outside [{low}, {high}]", field)
         return value
     if kind == "number":
-        try:
-            number = float(text)
-        except ValueError:
-            raise bad from None
+        if not _DECIMAL.fullmatch(text.strip()):  # float() would also take '1_0', 'nan', 'inf'
+            raise bad
+        number = float(text)
         if not math.isfinite(number):  # nan equals nothing; 1e999 is infinity
             raise bad
         return number
     if kind == "json":
         try:
-            return json.loads(text)
-        except json.JSONDecodeError:
+            return json.loads(text, parse_constant=_refuse_constant)
+        except (json.JSONDecodeError, ValueError):  # ValueError: NaN / Infinity are not JSON
             raise bad from None
     return text
 
