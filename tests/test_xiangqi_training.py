@@ -307,7 +307,7 @@ def test_player_config_values_are_checked_before_the_games_load(
         ({"xiangqi": {"train_games": str(tmp_path / "none.jsonl.gz")}}, "cannot read games file"),
     ]:
         bad.write_text(json.dumps(section))
-        assert main(["--config", str(bad), "--out-dir", out, "--max-steps", "0"]) == 2
+        assert main(["--config", str(bad), "--out-dir", out, "--max-steps", "1"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and words in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
@@ -336,3 +336,28 @@ def test_an_interrupted_export_keeps_the_model_it_replaces(
     assert sorted(p.name for p in dest.iterdir()) == [
         "README.md", "config.json", "model.safetensors", "tokenizer.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "xiangqi"]
+
+
+def player_config(tmp_path: Path, max_steps: int = 2) -> Path:
+    """A tiny player run (a new 420-token tokenizer on 30 positions, 2 steps of batch 2)."""
+    config = tmp_path / "player.json"
+    config.write_text(json.dumps({
+        "train": {"model": TINY_FIELDS, "tokenizer": {"vocab_size": 420},
+                  "optim": {"lr": 0.01, "warmup_steps": 1, "batch_size": 2},
+                  "run": {"out_dir": str(tmp_path / "run"), "max_steps": max_steps,
+                          "eval_every": 1000, "threads": 1, "log_every": 1}},
+        "xiangqi": {"train_games": str(VALID), "valid_games": str(VALID),
+                    "train_positions": 8, "val_positions": 2, "tokenizer_positions": 30},
+    }))
+    return config
+
+
+def test_player_max_steps_below_one_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--max-steps 0 was a run of no step that wrote a checkpoint at step 0."""
+    from apps.xiangqi.train_player import main
+
+    assert main(["--config", str(player_config(tmp_path)), "--max-steps", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --max-steps must be >= 1, got 0"
+    assert not (tmp_path / "run").exists()

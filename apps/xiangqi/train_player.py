@@ -48,6 +48,7 @@ from decision.train.config import (
     TrainConfig,
     build_section,
     check_device,
+    check_max_steps,
     check_minutes,
     config_from_dict,
 )
@@ -164,6 +165,7 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     if device:
         cfg.run.device = check_device(device)
     check_minutes(max_minutes)
+    check_max_steps(max_steps)
     resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
     torch.set_num_threads(cfg.run.threads)
     out = Path(cfg.run.out_dir)
