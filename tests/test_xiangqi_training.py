@@ -23,7 +23,7 @@ from apps.xiangqi.evaluate import (
 from apps.xiangqi.model_player import XIANGQI_CHECKPOINT, ModelPlayer
 from apps.xiangqi.render import move_question, position_document
 from apps.xiangqi.search import SearchConfig
-from apps.xiangqi.train_player import build_model, load_player_config
+from apps.xiangqi.train_player import load_player_config
 from apps.xiangqi.training import (
     GameRecord,
     MoveRowSource,
@@ -40,6 +40,7 @@ from decision.joint.layout import build_layout
 from decision.tokenizer import special_ids, train_tokenizer
 from decision.train.config import config_from_dict
 from decision.train.loop import LoopHooks, train_loop
+from decision.train.recipe import build_model
 
 VALID = Path(__file__).resolve().parents[2] / "shared" / "data" / "xiangqi" / "valid-games.jsonl.gz"
 pytestmark = pytest.mark.skipif(not VALID.is_file(), reason=f"no game data at {VALID}")
@@ -361,3 +362,43 @@ def test_player_max_steps_below_one_is_refused(
     assert main(["--config", str(player_config(tmp_path)), "--max-steps", "0"]) == 2
     assert capsys.readouterr().err.strip() == "error: --max-steps must be >= 1, got 0"
     assert not (tmp_path / "run").exists()
+
+
+def test_player_fresh_run_refuses_a_directory_that_holds_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Started again without --resume, the driver trained a new run over the old one's
+    checkpoint and tokenizer."""
+    from apps.xiangqi.train_player import main
+    from decision.train.loop import load_trainer_state
+
+    config = str(player_config(tmp_path))
+    assert main(["--config", config]) == 0
+    ckpt = tmp_path / "run" / "checkpoint"
+    weights = (ckpt / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    assert main(["--config", config, "--max-steps", "1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()  # refused before the games load
+    assert line.startswith(f"error: {tmp_path / 'run'} already holds a run (checkpoint, ")
+    assert "--resume" in line
+    assert load_trainer_state(ckpt)["step"] == 2
+    assert (ckpt / "model.safetensors").read_bytes() == weights
+
+
+def test_player_resume_refuses_a_checkpoint_without_trainer_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--resume over a checkpoint lacking trainer_state.pt started a fresh run over it."""
+    from apps.xiangqi.train_player import main
+
+    config = str(player_config(tmp_path))
+    assert main(["--config", config, "--max-steps", "1"]) == 0
+    ckpt = tmp_path / "run" / "checkpoint"
+    (ckpt / "trainer_state.pt").unlink()
+    weights = (ckpt / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    assert main(["--config", config, "--resume"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: cannot resume: {ckpt} has no trainer_state.pt")
+    assert "--init-from" in line
+    assert (ckpt / "model.safetensors").read_bytes() == weights

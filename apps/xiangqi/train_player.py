@@ -10,8 +10,11 @@ is Xiangqi-specific lives here: the ``xiangqi`` object of the config (data paths
 tokenizer trained on rendered positions, the rows (:mod:`apps.xiangqi.training`) and a validation
 that asks the model exactly as :class:`apps.xiangqi.model_player.ModelPlayer` does.
 
-The fresh model comes from the recipe's ``build_model``; ``export`` (a bf16 copy of the
-checkpoint's model files that keeps the model card beside them) is our own.
+How a run starts comes from the recipe (:mod:`decision.train.recipe`): ``resume_point`` (a
+fresh run refuses a directory that holds one, ``--resume`` a checkpoint without trainer state)
+and ``start_model`` (the checkpoint, ``--init-from``'s weights or a fresh ``build_model``);
+``export`` (a bf16 copy of the checkpoint's model files that keeps the model card beside them)
+is our own.
 """
 
 from __future__ import annotations
@@ -53,14 +56,13 @@ from decision.train.config import (
     config_from_dict,
 )
 from decision.train.loop import (
-    STATE_FILE,
+    CHECKPOINT_DIR,
     LoopHooks,
-    load_trainer_state,
     recover_checkpoint,
     resolve_device,
     train_loop,
 )
-from decision.train.recipe import build_model, check_model_matches, load_trainable
+from decision.train.recipe import resume_point, start_model
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 MODEL_FILES = ("config.json", "tokenizer.json")
@@ -157,7 +159,9 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
 
     ``init_from`` starts a fresh run (new optimiser and schedule) from a model directory's
     weights and tokenizer, e.g. the shipped ``models/xiangqi``; ``resume`` takes precedence
-    when the run directory has a checkpoint.
+    when the run directory has a checkpoint (one without trainer state is an error); without
+    ``resume``, a directory that already holds a run is refused (the recipe's
+    :func:`~decision.train.recipe.resume_point`, checked before the games load).
     """
     cfg, xq = load_player_config(config)
     if out_dir:
@@ -169,27 +173,13 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
     torch.set_num_threads(cfg.run.threads)
     out = Path(cfg.run.out_dir)
-    ckpt = recover_checkpoint(out)
+    resume_from = resume_point(out, resume)  # before the games load (minutes for all of them)
     t0 = time.monotonic()
     games = load_games(xq.train_games)
     valid = load_games(xq.valid_games)
     log(f"games: {len(games)} train, {len(valid)} valid in {time.monotonic() - t0:.1f} s")
-    state = None
-    if resume and (ckpt / STATE_FILE).is_file():
-        model = load_trainable(ckpt, "resume with")
-        check_model_matches(model, cfg, ckpt)
-        state = load_trainer_state(ckpt)
-    else:
-        if init_from is not None:
-            model = load_trainable(init_from, "train with")
-            check_model_matches(model, cfg, init_from)
-            tokenizer = model.tokenizer
-            log(f"initialised from the weights of {init_from}")
-        else:
-            tokenizer = build_tokenizer(games, cfg, xq)
-            model = build_model(cfg, tokenizer)
-        out.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(str(out / "tokenizer.json"))
+    model, state = start_model(cfg, out, resume_from, init_from,
+                               lambda: build_tokenizer(games, cfg, xq))
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
     refs = sample_positions(games, xq.train_positions, xq.seed, xq.fragment_weight)
@@ -211,7 +201,7 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     result = train_loop(model, cfg, hooks, out, resume_state=state, max_steps=max_steps,
                         max_minutes=max_minutes)
     log(f"done: step {result.step}, {result.stopped_because}")
-    return ckpt
+    return out / CHECKPOINT_DIR
 
 
 def export(checkpoint: str | Path, dest: str | Path) -> Path:

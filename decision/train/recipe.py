@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,54 @@ def check_no_run(out: Path) -> None:
         )
 
 
+def resume_point(out: Path, resume: bool) -> Path | None:
+    """The checkpoint of ``out`` that ``--resume`` continues, or None for a fresh run, checked
+    before anything is loaded or written: ``--resume`` over a checkpoint without trainer state
+    is an error (it started a fresh run over it), and a fresh run in a directory that already
+    holds one is refused (:func:`check_no_run`); ``--resume`` where there is no checkpoint yet
+    starts a fresh run."""
+    ckpt = recover_checkpoint(out)
+    if resume and ckpt.exists():
+        if not (ckpt / STATE_FILE).is_file():
+            raise CheckpointError(
+                f"cannot resume: {ckpt} has no {STATE_FILE} (optimiser, step, data position); "
+                f"to train on from its weights, start a new run with --init-from {ckpt} and "
+                "another --out-dir"
+            )
+        return ckpt
+    if resume:
+        log(f"no checkpoint in {ckpt}: starting a fresh run")
+    else:
+        check_no_run(out)
+    return None
+
+
+def start_model(
+    cfg: TrainConfig,
+    out: Path,
+    resume_from: Path | None,
+    init_from: str | Path | None,
+    new_tokenizer: Callable[[], Tokenizer],
+) -> tuple[Any, dict[str, Any] | None]:
+    """The model to train (its tokenizer as ``model.tokenizer``) and the trainer state to resume
+    (None for a fresh run): the checkpoint ``resume_from`` (:func:`resume_point`), else the
+    weights and tokenizer of ``init_from``, else a new model over ``new_tokenizer()``. A fresh
+    run writes its tokenizer to ``out/tokenizer.json``."""
+    if resume_from is not None:
+        model = load_trainable(resume_from, "resume with")
+        check_model_matches(model, cfg, resume_from)
+        return model, load_trainer_state(resume_from)
+    if init_from is not None:
+        model = load_trainable(init_from, "train with")
+        check_model_matches(model, cfg, init_from)
+        log(f"initialised from the weights of {init_from}")
+    else:
+        model = build_model(cfg, new_tokenizer())
+    out.mkdir(parents=True, exist_ok=True)
+    model.tokenizer.save(str(out / "tokenizer.json"))
+    return model, None
+
+
 def train(
     cfg: TrainConfig,
     resume: bool = False,
@@ -146,36 +195,16 @@ def train(
     resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
     torch.set_num_threads(cfg.run.threads)
     out = Path(cfg.run.out_dir)
-    ckpt = recover_checkpoint(out)
-    state = None
-    if resume and ckpt.exists():
-        if not (ckpt / STATE_FILE).is_file():  # was: a fresh run over it
-            raise CheckpointError(
-                f"cannot resume: {ckpt} has no {STATE_FILE} (optimiser, step, data position); "
-                f"to train on from its weights, start a new run with --init-from {ckpt} and "
-                "another --out-dir"
-            )
-        model = load_trainable(ckpt, "resume with")
-        check_model_matches(model, cfg, ckpt)
-        tokenizer = model.tokenizer
-        state = load_trainer_state(ckpt)
-    else:
-        if resume:
-            log(f"no checkpoint in {ckpt}: starting a fresh run")
-        else:
-            check_no_run(out)
-        if init_from is not None:
-            model = load_trainable(init_from, "train with")
-            check_model_matches(model, cfg, init_from)
-            tokenizer = model.tokenizer
-            log(f"initialised from the weights of {init_from}")
-        else:
-            t0 = time.monotonic()
-            tokenizer = build_tokenizer(cfg)
-            log(f"tokenizer: {tokenizer.get_vocab_size()} tokens in {time.monotonic() - t0:.1f} s")
-            model = build_model(cfg, tokenizer)
-        out.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(str(out / "tokenizer.json"))
+    resume_from = resume_point(out, resume)
+
+    def new_tokenizer() -> Tokenizer:
+        t0 = time.monotonic()
+        tokenizer = build_tokenizer(cfg)
+        log(f"tokenizer: {tokenizer.get_vocab_size()} tokens in {time.monotonic() - t0:.1f} s")
+        return tokenizer
+
+    model, state = start_model(cfg, out, resume_from, init_from, new_tokenizer)
+    tokenizer = model.tokenizer
     log(f"model: {count_parameters(model) / 1e6:.2f}M parameters")
     ids = special_ids(tokenizer)
     source = RowSource(cfg, tokenizer)
@@ -194,7 +223,7 @@ def train(
                       validate=validate, log=log)
     result = train_loop(model, cfg, hooks, out, resume_state=state, max_steps=max_steps,
                         max_minutes=max_minutes)
-    return TrainResult(ckpt, result)
+    return TrainResult(out / CHECKPOINT_DIR, result)
 
 
 # The files of a model directory (``checkpoint.save_checkpoint``): all an export may replace.
