@@ -402,3 +402,35 @@ def test_player_resume_refuses_a_checkpoint_without_trainer_state(
     assert line.startswith(f"error: cannot resume: {ckpt} has no trainer_state.pt")
     assert "--init-from" in line
     assert (ckpt / "model.safetensors").read_bytes() == weights
+
+
+def test_player_ctrl_c_checkpoints_skips_the_export_and_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGINT stopped the loop with a checkpoint, but the driver then exported the interrupted
+    run and exited 0."""
+    import os
+    import signal
+
+    from apps.xiangqi.train_player import main
+    from decision.train.loop import load_trainer_state
+
+    real = MoveRowSource.row
+
+    def row(self: MoveRowSource, i: int):  # noqa: ANN202 - the hook's row type
+        if i == 4:  # during step 3 (batch 2)
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, i)
+
+    monkeypatch.setattr(MoveRowSource, "row", row)
+    out, export = tmp_path / "run", tmp_path / "export"
+    assert main(["--config", str(player_config(tmp_path, max_steps=6)),
+                 "--export", str(export)]) == 130
+    err = capsys.readouterr().err
+    assert "SIGINT received: stopping at step 3, with a checkpoint" in err
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted by SIGINT at step 3: checkpoint saved in {out / 'checkpoint'}; "
+        "not exported; continue with --resume")
+    assert load_trainer_state(out / "checkpoint")["step"] == 3
+    assert not export.exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -47,6 +47,7 @@ from apps.xiangqi.training import (
 from decision.errors import DecisionError, DecisionInputError
 from decision.model.checkpoint import INDEX_NAME
 from decision.tokenizer import special_ids, train_tokenizer
+from decision.train.cli import interrupted
 from decision.train.config import (
     TrainConfig,
     build_section,
@@ -62,7 +63,7 @@ from decision.train.loop import (
     resolve_device,
     train_loop,
 )
-from decision.train.recipe import resume_point, start_model
+from decision.train.recipe import TrainResult, resume_point, start_model
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 MODEL_FILES = ("config.json", "tokenizer.json")
@@ -154,8 +155,8 @@ def top1(model: Any, examples: list[MoveExample]) -> float:
 
 def train(config: str | Path, resume: bool = False, max_minutes: float | None = None,
           max_steps: int | None = None, out_dir: str | None = None,
-          init_from: str | Path | None = None, device: str | None = None) -> Path:
-    """Train (or continue) the run; returns its checkpoint directory.
+          init_from: str | Path | None = None, device: str | None = None) -> TrainResult:
+    """Train (or continue) the run; returns its checkpoint directory and how the loop ended.
 
     ``init_from`` starts a fresh run (new optimiser and schedule) from a model directory's
     weights and tokenizer, e.g. the shipped ``models/xiangqi``; ``resume`` takes precedence
@@ -201,7 +202,7 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     result = train_loop(model, cfg, hooks, out, resume_state=state, max_steps=max_steps,
                         max_minutes=max_minutes)
     log(f"done: step {result.step}, {result.stopped_because}")
-    return out / CHECKPOINT_DIR
+    return TrainResult(out / CHECKPOINT_DIR, result)
 
 
 def export(checkpoint: str | Path, dest: str | Path) -> Path:
@@ -248,8 +249,12 @@ def main(argv: list[str] | None = None) -> int:
             cfg, _ = load_player_config(args.config)
             ckpt = recover_checkpoint(Path(args.out_dir or cfg.run.out_dir))
         else:
-            ckpt = train(args.config, args.resume, args.max_minutes, args.max_steps, args.out_dir,
-                         args.init_from, args.device)
+            result = train(args.config, args.resume, args.max_minutes, args.max_steps,
+                           args.out_dir, args.init_from, args.device)
+            status = interrupted(result, args.export)  # Ctrl-C or SIGTERM: no export, 128 + sig
+            if status is not None:
+                return status
+            ckpt = result.checkpoint
         if args.export:
             export(ckpt, args.export)
             log(f"exported bf16 model to {args.export}")

@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from decision.errors import CheckpointError, DecisionError, DecisionInputError
+
+if TYPE_CHECKING:
+    from decision.train.recipe import TrainResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +35,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu, cuda, cuda:N or auto (default: config run.device)")
 
 
+def interrupted(result: TrainResult, export: str | None) -> int | None:
+    """When Ctrl-C or SIGTERM stopped the run (the loop checkpointed it): the line saying so and
+    that ``export`` is skipped, and the exit status, 128 + the signal; None for a run that ended
+    otherwise (also used by ``python -m apps.xiangqi.train_player``)."""
+    if result.loop.signal is None:
+        return None
+    name = signal.Signals(result.loop.signal).name
+    skipped = "; not exported" if export else ""
+    print(f"interrupted by {name} at step {result.loop.step}: checkpoint saved in "
+          f"{result.checkpoint}{skipped}; continue with --resume", file=sys.stderr)
+    return 128 + result.loop.signal
+
+
 def run(args: argparse.Namespace) -> int:
     from decision.train.config import check_device, load_config
     from decision.train.recipe import check_export_dest, export_checkpoint, train
@@ -45,12 +61,9 @@ def run(args: argparse.Namespace) -> int:
         check_export_dest(args.export, cfg.run.out_dir)
     result = train(cfg, resume=args.resume, max_minutes=args.max_minutes,
                    max_steps=args.max_steps, init_from=args.init_from)
-    if result.loop.signal is not None:  # stopped by Ctrl-C or SIGTERM: no export, not a success
-        name = signal.Signals(result.loop.signal).name
-        skipped = "; not exported" if args.export else ""
-        print(f"interrupted by {name} at step {result.loop.step}: checkpoint saved in "
-              f"{result.checkpoint}{skipped}; continue with --resume", file=sys.stderr)
-        return 128 + result.loop.signal
+    status = interrupted(result, args.export)
+    if status is not None:
+        return status
     if args.export:
         export_checkpoint(result.checkpoint, args.export)
         print(f"exported bf16 model to {args.export}", file=sys.stderr)
