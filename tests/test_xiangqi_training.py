@@ -434,3 +434,33 @@ def test_player_ctrl_c_checkpoints_skips_the_export_and_exits_130(
     assert load_trainer_state(out / "checkpoint")["step"] == 3
     assert not export.exists()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_player_exit_status_is_decision_trains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A diverged run exited 2 (decision train: 1), and Ctrl-C while the games load (minutes
+    for all of them) was a KeyboardInterrupt traceback (decision train: 'interrupted', 130)."""
+    from apps.xiangqi import train_player
+    from decision.train import loop
+
+    real = loop.batch_loss
+    calls = []
+
+    def diverging(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(1)
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if len(calls) == 2 else loss
+
+    monkeypatch.setattr(loop, "batch_loss", diverging)
+    config = str(player_config(tmp_path))
+    assert train_player.main(["--config", config]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: the training loss is nan at step 2:")
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_player, "load_games", interrupted)
+    assert train_player.main(["--config", config, "--out-dir", str(tmp_path / "b")]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "interrupted"

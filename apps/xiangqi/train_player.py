@@ -44,10 +44,10 @@ from apps.xiangqi.training import (
     sample_positions,
     tokenizer_corpus,
 )
-from decision.errors import DecisionError, DecisionInputError
+from decision.errors import DecisionInputError
 from decision.model.checkpoint import INDEX_NAME
 from decision.tokenizer import special_ids, train_tokenizer
-from decision.train.cli import interrupted
+from decision.train.cli import exit_status, interrupted
 from decision.train.config import (
     TrainConfig,
     build_section,
@@ -244,23 +244,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="cpu, cuda, cuda:N or auto (default: config run.device)")
     parser.add_argument("--export-only", action="store_true", help="export without training")
     args = parser.parse_args(argv)
-    try:
-        if args.export_only:
-            cfg, _ = load_player_config(args.config)
-            ckpt = recover_checkpoint(Path(args.out_dir or cfg.run.out_dir))
-        else:
-            result = train(args.config, args.resume, args.max_minutes, args.max_steps,
-                           args.out_dir, args.init_from, args.device)
-            status = interrupted(result, args.export)  # Ctrl-C or SIGTERM: no export, 128 + sig
-            if status is not None:
-                return status
-            ckpt = result.checkpoint
-        if args.export:
-            export(ckpt, args.export)
-            log(f"exported bf16 model to {args.export}")
-    except DecisionError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return exit_status(lambda: run(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command line's run; its errors become the exit status in ``main``."""
+    if args.export_only:
+        cfg, _ = load_player_config(args.config)
+        ckpt = recover_checkpoint(Path(args.out_dir or cfg.run.out_dir))
+    else:
+        result = train(args.config, args.resume, args.max_minutes, args.max_steps,
+                       args.out_dir, args.init_from, args.device)
+        status = interrupted(result, args.export)  # Ctrl-C or SIGTERM: no export, 128 + sig
+        if status is not None:
+            return status
+        ckpt = result.checkpoint
+    if args.export:
+        export(ckpt, args.export)
+        log(f"exported bf16 model to {args.export}")
     return 0
 
 
