@@ -464,3 +464,35 @@ def test_player_exit_status_is_decision_trains(
     monkeypatch.setattr(train_player, "load_games", interrupted)
     assert train_player.main(["--config", config, "--out-dir", str(tmp_path / "b")]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == "interrupted"
+
+
+def test_player_export_is_checked_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--export into the run's checkpoint replaced its weights with bf16 ones, a file there
+    crashed after the run, a directory DEST.export.tmp of the user's was deleted, and
+    --export . crashed after the run."""
+    from apps.xiangqi.train_player import main
+    from decision.model import load_model
+
+    monkeypatch.chdir(tmp_path)
+    config = str(player_config(tmp_path))  # the run in tmp_path/run
+    Path("notes").write_text("keep")
+    Path("mine.export.tmp").mkdir()
+    Path("mine.export.tmp/notes.txt").write_text("keep")
+    for dest, words in [("run/checkpoint", "is the run's own checkpoint"),
+                        ("notes", "is a file"),
+                        ("mine", "holds 'notes.txt', which is not an exported model")]:
+        assert main(["--config", config, "--export", dest]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"error: --export {dest}: ") and words in line
+        assert not Path("run").exists()  # refused before any training
+    assert Path("mine.export.tmp/notes.txt").read_text() == "keep"
+    # the run directory itself (the layout of the first stages in docs/xiangqi-model.md): the
+    # model files are written beside the run's, which stay
+    assert main(["--config", config, "--export", "run"]) == 0
+    assert load_model("run", dtype=None).dtype == torch.bfloat16
+    assert (Path("run/checkpoint") / "trainer_state.pt").is_file()
+    assert main(["--config", config, "--out-dir", "run2", "--export", "."]) == 0
+    assert load_model(".", dtype=None).dtype == torch.bfloat16
+    assert Path("notes").read_text() == "keep"

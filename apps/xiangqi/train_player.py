@@ -63,7 +63,7 @@ from decision.train.loop import (
     resolve_device,
     train_loop,
 )
-from decision.train.recipe import TrainResult, resume_point, start_model
+from decision.train.recipe import TrainResult, check_export_dest, resume_point, start_model
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 MODEL_FILES = ("config.json", "tokenizer.json")
@@ -205,16 +205,28 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     return TrainResult(out / CHECKPOINT_DIR, result)
 
 
+SCRATCH = ".export.tmp"  # the export is written beside dest first, under this suffix
+
+
+def check_export(dest: str | Path, run_dir: str | Path) -> Path:
+    """``dest`` resolved, if :func:`export` may write the run's model into it (the recipe's
+    :func:`~decision.train.recipe.check_export_dest`, other files of ``dest`` staying): not the
+    run's checkpoint or another of its entries, not a file, and its scratch sibling
+    ``DEST.export.tmp``, which the export replaces whole, absent or a model directory."""
+    return check_export_dest(dest, run_dir, others_stay=True, scratch=(SCRATCH,))
+
+
 def export(checkpoint: str | Path, dest: str | Path) -> Path:
-    """Write the checkpoint's model in bf16 into ``dest`` (other files there, e.g. README, stay)."""
+    """Write the checkpoint's model in bf16 into ``dest`` (other files there, e.g. README, stay;
+    ``dest`` is checked first, :func:`check_export`)."""
     from decision.model import load_model
 
+    out = check_export(dest, Path(checkpoint).resolve().parent)
     model = load_model(checkpoint, dtype=torch.bfloat16)
-    out = Path(dest)
     out.mkdir(parents=True, exist_ok=True)
     # Written beside ``dest`` first, then moved in file by file (weights, tokenizer, config
     # last): an interrupted export no longer leaves ``dest`` without its model files.
-    tmp = out.with_name(out.name + ".export.tmp")
+    tmp = out.with_name(out.name + SCRATCH)
     if tmp.exists():
         shutil.rmtree(tmp)
     model.save(tmp)
@@ -249,9 +261,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """The command line's run; its errors become the exit status in ``main``."""
+    cfg, _ = load_player_config(args.config)
+    run_dir = Path(args.out_dir or cfg.run.out_dir)
+    if args.export:  # before training: a run must not end in an export that cannot be written
+        check_export(args.export, run_dir)
     if args.export_only:
-        cfg, _ = load_player_config(args.config)
-        ckpt = recover_checkpoint(Path(args.out_dir or cfg.run.out_dir))
+        ckpt = recover_checkpoint(run_dir)
     else:
         result = train(args.config, args.resume, args.max_minutes, args.max_steps,
                        args.out_dir, args.init_from, args.device)

@@ -233,21 +233,32 @@ MODEL_FILE = re.compile(
 )
 
 
-def check_export_dest(dest: str | Path, run_dir: str | Path) -> Path:
+def check_export_dest(
+    dest: str | Path,
+    run_dir: str | Path,
+    *,
+    others_stay: bool = False,
+    scratch: tuple[str, ...] = (".tmp", ".old"),
+) -> Path:
     """``dest`` resolved, if an export of the run in ``run_dir`` may replace it whole, else a
     ``DecisionInputError``: it must not be the run directory or hold it (``--export .``
     replaced the run directory, checkpoint included), must not be one of the run's own
     entries (``checkpoint/`` ...), and may exist only as a directory of model files (empty, or
-    a previous export). The same holds for its ``.tmp`` and ``.old`` siblings, which the export
-    writes and removes. ``runs/x/export`` inside the run directory is fine."""
+    a previous export). The same holds for its ``scratch`` siblings (``.tmp``, ``.old``),
+    which the export writes and removes. ``runs/x/export`` inside the run directory is fine.
+
+    ``others_stay``: an export that writes its model files into ``dest`` one by one and leaves
+    the rest there (the Xiangqi player's, which keeps a model card beside them): ``dest`` may
+    then be any directory, the run directory or one holding it included, but still not one of
+    the run's entries nor a file; its scratch siblings are checked as above."""
     target = Path(dest).resolve()
     run = Path(run_dir).resolve()
     if not target.name:
         raise DecisionInputError(f"--export {dest}: the file-system root", "export")
-    for path in (target, target.with_name(target.name + ".tmp"),
-                 target.with_name(target.name + ".old")):
+    for path in (target, *(target.with_name(target.name + suffix) for suffix in scratch)):
         shown = dest if path == target else path
-        if run.is_relative_to(path):
+        kept = others_stay and path == target  # only model files there are replaced
+        if run.is_relative_to(path) and not kept:
             raise DecisionInputError(
                 f"--export {dest}: the export replaces {shown} whole, and it holds the run "
                 f"directory {run_dir}; export to a new or empty directory, e.g. "
@@ -259,7 +270,13 @@ def check_export_dest(dest: str | Path, run_dir: str | Path) -> Path:
                     f"--export {dest}: {shown} is the run's own {name}; export to a new or "
                     f"empty directory, e.g. {Path(run_dir) / 'export'}", "export",
                 )
-        if path.exists() or path.is_symlink():
+        if kept:
+            if path.exists() and not path.is_dir():
+                raise DecisionInputError(
+                    f"--export {dest}: {shown} is a file, not a directory to write the model "
+                    "into", "export",
+                )
+        elif path.exists() or path.is_symlink():
             other = _not_model_files(path)
             if other:
                 raise DecisionInputError(
