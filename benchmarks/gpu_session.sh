@@ -86,6 +86,7 @@ EOF
   }
   for batch in 16 64 256; do
     step "throughput, batch $batch ($probe_steps steps from models/xiangqi)"
+    rm -rf /tmp/xq-probe-$batch  # a fresh run refuses a directory holding one (a rerun)
     timeout 120 $py -m apps.xiangqi.train_player \
       --config "$(config $batch "$probe_steps" /tmp/xq-probe-$batch)" --init-from models/xiangqi \
       2>&1 | tee /tmp/throughput-$batch.log | grep -E "step $probe_steps |rror"
@@ -98,6 +99,7 @@ line = [l for l in open('/tmp/throughput-64.log') if ' tok/s ' in l][-1]
 tok_s = float(re.search(r'tok/s (\d+)', line).group(1))
 print(max(10, int($stage_seconds * tok_s / (64 * 300))))")
   step "stage: batch 64, $steps steps, lr cosine over them, from models/xiangqi"
+  rm -rf /tmp/xq-gpu
   timeout 330 $py -m apps.xiangqi.train_player --config "$(config 64 "$steps" /tmp/xq-gpu)" \
     --init-from models/xiangqi --export /tmp/xq-gpu/export 2>&1 | tee "$out/stage.log" | tail -3
   step "agreement of the stage's model on $positions reported positions (seed 2026), scored"
