@@ -5,7 +5,8 @@ real pipeline (TTIR -> TTGIR -> LLVM -> PTX -> cubin with the bundled ptxas) for
 benchmark's sizes, so a kernel that the compiler rejects (a dot below 16x16, a type error) or that
 spills registers shows up before a GPU run:
 
-    TRITON_INTERPRET=0 .venv/bin/python -m decision.kernels.compile_check [--arch 90] [--head-dim 128]
+    TRITON_INTERPRET=0 .venv/bin/python -m decision.kernels.compile_check \
+        [--arch 90] [--head-dim 128]
 
 Prints per kernel: shared memory, registers per thread and spilled bytes (from ``cuobjdump``).
 """
