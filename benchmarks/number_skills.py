@@ -75,6 +75,9 @@ def _alone_vs_with_sources(model, rows, batch_size: int, title: str, joint_label
                            sources_label: str) -> None:
     """The last question of each row asked alone (standalone) and in one joint pass with the
     questions before it, which it derives from; the difference paired over documents."""
+    if not rows:  # a small --groups can hold none: say so instead of dividing by zero
+        print(f"\n| {title} | correct |\n|---|---:|\n| none in these groups | 0/0 |")
+        return
     alone = [replace(g, questions=[g.questions[-1]]) for g in rows]
     records: dict[str, list[Record]] = {"joint": [], "standalone": []}
     sources_right = 0
@@ -117,7 +120,7 @@ def main() -> int:
     _print_buckets("days between two stated dates", right, asked,
                    lambda b: "30-60" if b == 3 else f"{10 * b}-{10 * b + 9}")
     total = sum(right.values())
-    print(f"| all | {total}/{len(between)} ({100 * total / len(between):.0f}%) |")
+    print(f"| all | {total}/{len(between)} ({100 * total / max(len(between), 1):.0f}%) |")
     events = [e for g in groups if (e := event_day_questions(g, rng)) is not None
               and "took" not in event_line(g.document, e.questions[-1])[0]]
     _alone_vs_with_sources(model, events, args.batch_size,
