@@ -24,6 +24,11 @@ class SchemaError(DecisionInputError):
     """An answer schema that is invalid, unsupported, or compiles to too large an automaton."""
 
 
+class DecodeAbandonedError(DecisionError):
+    """``decide_many`` stopped early: its ``abandoned`` callback said that every request of the
+    batch was given up (the service's callers timed out), so nobody waits for the answers."""
+
+
 class CheckpointError(DecisionError):
     """A checkpoint that cannot be loaded; the message names the file and tensor at fault."""
 

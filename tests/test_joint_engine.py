@@ -171,6 +171,45 @@ def test_decide_many_equals_single_calls(model) -> None:
         assert got.steps == alone.steps and got.mode == alone.mode
 
 
+def test_abandoned_requests_stop_decoding(model) -> None:
+    """A request whose caller gave up is fixed at once (the others decode as if alone), and a
+    batch nobody waits for any more stops with DecodeAbandonedError instead of decoding on."""
+    from decision.errors import DecodeAbandonedError
+
+    slow = {"document": DOC, "questions": QUESTIONS, "threshold": 1.0, "commit": "token"}
+    live = {"document": DOC, "questions": QUESTIONS[:2], "threshold": 0.8}
+    asked: list[int] = []
+
+    def abandoned(i: int) -> bool:
+        asked.append(i)
+        return i == 0
+
+    batched = decide_many(model, [slow, live], abandoned=abandoned)
+    assert asked  # asked before the forwards
+    assert batched[0].steps == 1  # fixed in its first step, not one token a step
+    alone = decide(model, **live)
+    assert _values(batched[1]) == _values(alone) and batched[1].steps == alone.steps
+
+    forwards = 0
+    original = model.denoise
+
+    def counting(*args, **kwargs):
+        nonlocal forwards
+        forwards += 1
+        return original(*args, **kwargs)
+
+    model.denoise = counting
+    try:
+        with pytest.raises(DecodeAbandonedError):
+            decide_many(model, [slow, live], abandoned=lambda i: True)
+        scored = {**live, "score_options": True}
+        with pytest.raises(DecodeAbandonedError):
+            decide_many(model, [scored], abandoned=lambda i: True)
+    finally:
+        del model.denoise
+    assert forwards == 0
+
+
 def test_auto_falls_back_to_standalone(model) -> None:
     long_q = {"id": "long", "text": "Quote the clause.",
               "answer": {"type": "pattern", "regex": "[a-z ]+", "max_tokens": 20}}

@@ -452,3 +452,39 @@ def test_slow_validation_does_not_hold_up_other_requests(checkpoint: Path) -> No
             fast = pool.submit(send, "A quick one.")
             assert fast.result() == 200 and slow.result() == 200
         assert finished["A quick one."] < finished["slow to validate"]
+
+
+class _LongDecode(_SlowEngine):
+    """Decodes "long to decode" for up to ``delay_s`` in 10 ms steps, asking ``abandoned``
+    before each as the model does, and stops once its caller has given up."""
+
+    def __init__(self, engine: ModelEngine, delay_s: float) -> None:
+        super().__init__(engine, delay_s)
+        self.stopped_after: float | None = None
+
+    def decide_many(self, prepared: Sequence[Any], abandoned: Any = None) -> list[Any]:
+        from decision.errors import DecodeAbandonedError
+
+        if prepared[0].request.document == "long to decode":
+            start = time.monotonic()
+            while time.monotonic() - start < self.delay_s:
+                if abandoned is not None and abandoned(0):
+                    self.stopped_after = time.monotonic() - start
+                    raise DecodeAbandonedError("abandoned")
+                time.sleep(0.01)
+        return self.inner.decide_many(prepared)
+
+
+def test_a_client_that_disconnects_stops_its_decoding(checkpoint: Path) -> None:
+    # A client that hung up used to have its request decoded to the end (up to --timeout): the
+    # worker kept at it while every request behind it waited.
+    engine = _LongDecode(ModelEngine.load(str(checkpoint)), delay_s=30.0)
+    settings = ServeSettings(max_batch_size=1, include_apps=False)
+    with running_server(create_app(settings, engine=engine)) as url:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/decide", json=_body("long to decode"), timeout=1.0)
+        start = time.monotonic()
+        quick = httpx.post(f"{url}/decide", json=_body("A quick one.", max_steps=1), timeout=60)
+        assert quick.status_code == 200
+        assert time.monotonic() - start < 10
+    assert engine.stopped_after is not None and engine.stopped_after < 10

@@ -180,3 +180,49 @@ def test_a_very_long_max_wait_still_collects_and_decides() -> None:
     finally:
         worker.stop(timeout=2)
     assert engine.batches == [[1, 2]]
+
+
+class StepEngine:
+    """Decodes in 10 ms steps, up to ``steps`` of them; asks ``abandoned`` before each, as
+    the model's ``decide_many`` does, and stops once every request of the batch is given up."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.taken: list[int] = []
+
+    def decide_many(self, requests: Sequence[int], abandoned=None) -> list[int]:
+        from decision.errors import DecodeAbandonedError
+
+        for step in range(self.steps):
+            if abandoned is not None and all(abandoned(i) for i in range(len(requests))):
+                self.taken.append(step)
+                raise DecodeAbandonedError("every request of the batch was abandoned")
+            time.sleep(0.01)
+        self.taken.append(self.steps)
+        return [2 * r for r in requests]
+
+
+def test_a_request_whose_caller_gave_up_stops_holding_the_worker() -> None:
+    # A request that outlives its deadline (or whose caller abandons it) while it is decoded
+    # used to be decoded to the end: one long request answered 504 kept the worker busy for
+    # minutes, and every request behind it timed out too.
+    engine = StepEngine(steps=1000)  # 10 s of decoding
+    worker = BatchWorker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=8)
+    worker.start()
+    try:
+        slow = worker.submit(1, timeout_s=0.2)
+        with pytest.raises(RequestExpiredError):
+            slow.result(5)
+        engine.steps = 1
+        start = time.monotonic()
+        assert worker.submit(2, timeout_s=5).result(5) == 4
+        assert time.monotonic() - start < 1.0
+        engine.steps = 1000
+        item = worker.enqueue(3, timeout_s=30)
+        time.sleep(0.1)
+        item.abandon()  # the caller went away before its deadline
+        with pytest.raises(RequestExpiredError):
+            item.future.result(5)
+    finally:
+        worker.stop(timeout=2)
+    assert engine.taken[0] < 100 and engine.taken[-1] < 100

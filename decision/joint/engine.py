@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ValidationError
 
-from decision.errors import DecisionInputError
+from decision.errors import DecisionInputError, DecodeAbandonedError
 from decision.joint.layout import Layout, build_layout
 from decision.joint.result import Answer, Decision, DecisionRequest
 from decision.joint.sampler import (
@@ -132,10 +132,16 @@ def decide_many(
     *,
     sampler: Sampler | None = None,
     config: EngineConfig | None = None,
+    abandoned: Callable[[int], bool] | None = None,
 ) -> list[Decision]:
     """Answer several requests in one batch: shared prefill and denoising forwards.
 
     Timings are those of the whole batch, reported on every request.
+
+    ``abandoned(i)``, asked before every forward, says whether request ``i`` is no longer wanted
+    (its caller gave up): its rows are then fixed at once (the rest of each answer in one step,
+    as when ``max_steps`` runs out) so the others need not wait on it, and once every request
+    is abandoned ``DecodeAbandonedError`` is raised instead of decoding on.
     """
     config = config or EngineConfig()
     if model.tokenizer is None:
@@ -154,7 +160,7 @@ def decide_many(
         for i, r in enumerate(requests)
     ]
     with torch.inference_mode():
-        return _run(model, ctx, parsed, config, sampler)
+        return _run(model, ctx, parsed, config, sampler, abandoned)
 
 
 # ---------------------------------------------------------------------- validation
@@ -449,8 +455,19 @@ def _run(
     requests: list[_Request],
     config: EngineConfig,
     sampler: Sampler | None,
+    abandoned: Callable[[int], bool] | None = None,
 ) -> list[Decision]:
     start = time.perf_counter()
+
+    def gone() -> torch.Tensor:
+        """Rows of abandoned requests; raises once every request is abandoned."""
+        if abandoned is None:
+            return torch.zeros(len(rows), dtype=torch.bool)
+        flags = [bool(abandoned(i)) for i in range(len(requests))]
+        if all(flags):
+            raise DecodeAbandonedError("every request of the batch was abandoned")
+        return torch.tensor([flags[row.request] for row in rows], dtype=torch.bool)
+
     device = model.device
     rows, cache, prefill_s = _prefilled(model, ctx, requests, config)
     state, block_mask, seg, slots, scored = _block_state(ctx, requests, rows)
@@ -462,13 +479,14 @@ def _run(
     denoise_s = sampler_s = constraint_s = 0.0
     block_mask_d, seg_d = block_mask.to(device), seg.to(device)
     while bool(state.masked.any()):
+        given_up = gone()
         t0 = time.perf_counter()
         logits = model.denoise(state.ids.to(device), cache, block_mask_d, seg_d)
         _sync(device)  # the sampler gathers the slot rows on the device; the DP runs on the CPU
         denoise_s += time.perf_counter() - t0
         active = state.masked.any(-1)
         row_steps += active.long()
-        force = active & (max_steps > 0) & (row_steps >= max_steps)
+        force = active & (((max_steps > 0) & (row_steps >= max_steps)) | given_up)
         for group, policy in samplers:
             rows_here = torch.isin(row_request, group) if len(samplers) > 1 else None
             report = _step(policy, state, logits, force, rows_here)
@@ -478,6 +496,7 @@ def _run(
     remaining = dict(scored)
     thresholds = [requests[row.request].threshold for row in rows]
     while remaining:  # rounds: score the slots left given the block, fix the surest of each row
+        gone()
         t0 = time.perf_counter()
         result, forwards_s = _score(model, cache, state.ids, block_mask_d, seg_d,
                                     list(remaining.values()), config)

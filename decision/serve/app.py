@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -150,11 +150,11 @@ def create_app(
 
     @app.post("/decide", response_model=DecideResponse, responses=_ERRORS, tags=["decide"])
     async def decide(
-        body: DecideBody, svc: ServiceDep
+        body: DecideBody, svc: ServiceDep, request: Request
     ) -> DecideResponse:
         """Answer up to 8 questions about one document (joint: one block; standalone: one
         question a pass). Every answer parses under its schema."""
-        return await svc.decide(body)
+        return await svc.decide(body, request)
 
     @app.get("/health", response_model=HealthBody, tags=["service"])
     async def health(svc: ServiceDep) -> HealthBody:

@@ -9,7 +9,7 @@ of prepared requests in one ``DecisionModel.decide_many`` call.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,10 +87,16 @@ class ModelEngine:
         check_request(self.model, request, self._config)
         return Prepared(request)
 
-    def decide_many(self, prepared: Sequence[Prepared]) -> list[Any]:
-        """Decode prepared requests together (one batch of forwards)."""
+    def decide_many(
+        self, prepared: Sequence[Prepared], abandoned: Callable[[int], bool] | None = None
+    ) -> list[Any]:
+        """Decode prepared requests together (one batch of forwards). ``abandoned(i)``: request
+        ``i``'s caller gave up; the decoder stops spending steps on it, and raises
+        ``DecodeAbandonedError`` once all are (``decision.joint.decide_many``)."""
         with self._lock:
-            return self.model.decide_many([p.request for p in prepared], config=self._config)
+            return self.model.decide_many(
+                [p.request for p in prepared], config=self._config, abandoned=abandoned
+            )
 
     def info(self) -> ModelInfo:
         return ModelInfo(

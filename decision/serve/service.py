@@ -23,6 +23,7 @@ from decision.serve.worker import (
     QueueFullError,
     RequestExpiredError,
     WorkerStoppedError,
+    WorkItem,
 )
 
 
@@ -111,9 +112,10 @@ class DecisionService:
         if self.worker is not None:
             self.worker.stop()
 
-    async def decide(self, body: DecideBody) -> DecideResponse:
+    async def decide(self, body: DecideBody, request: Request | None = None) -> DecideResponse:
         """Answer one request through the worker; raise ``ServiceError`` or
-        ``DecisionInputError`` (mapped to JSON errors by the app's handlers)."""
+        ``DecisionInputError`` (mapped to JSON errors by the app's handlers). With the HTTP
+        ``request``, a client that disconnects abandons its decision: it is not decoded on."""
         if not self.ready or self.engine is None or self.worker is None:
             raise ServiceError(503, "unavailable", "the model is not loaded")
         engine, worker = self.engine, self.worker
@@ -135,6 +137,10 @@ class DecisionService:
         except WorkerStoppedError as exc:
             raise ServiceError(503, "unavailable", str(exc)) from None
         remaining = max(0.0, timeout - (time.monotonic() - arrived))
+        watch = (
+            asyncio.ensure_future(_abandon_on_disconnect(request, item))
+            if request is not None else None
+        )
         try:
             decision = await asyncio.wait_for(asyncio.wrap_future(item.future), remaining)
         except (TimeoutError, RequestExpiredError):
@@ -143,6 +149,11 @@ class DecisionService:
             ) from None
         except WorkerStoppedError as exc:
             raise ServiceError(503, "unavailable", str(exc)) from None
+        finally:
+            if watch is not None:
+                watch.cancel()
+            if not item.future.done():
+                item.abandon()  # nobody waits for it now: the worker stops decoding it
         done = time.monotonic()
         started = item.started_at if item.started_at is not None else item.enqueued_at
         extra = {
@@ -151,6 +162,16 @@ class DecisionService:
             "total_ms": (done - arrived) * 1000.0,
         }
         return to_response(decision, engine.name, extra)
+
+
+async def _abandon_on_disconnect(request: Request, item: WorkItem) -> None:
+    """Abandon ``item`` when the client goes away. The body has been read: the next message the
+    server sends is ``http.disconnect``, when the client disconnects or the response is done."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            item.abandon()
+            return
 
 
 def get_service(request: Request) -> DecisionService:

@@ -11,16 +11,17 @@ by request, so one bad request never fails or stalls the others.
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import logging
 import math
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from decision.errors import DecisionError
+from decision.errors import DecisionError, DecodeAbandonedError
 from decision.serve.metrics import ServiceMetrics
 
 log = logging.getLogger("decision.serve.worker")
@@ -29,7 +30,10 @@ log = logging.getLogger("decision.serve.worker")
 class BatchEngine(Protocol):
     """Anything that decides a list of prepared requests at once, one result per request.
 
-    A result may be an ``Exception`` instance: that request alone failed.
+    A result may be an ``Exception`` instance: that request alone failed. An engine whose
+    ``decide_many`` takes an ``abandoned`` keyword gets ``abandoned(i)``: whether request ``i``'s
+    caller has given up (timed out), so it can stop decoding work nobody waits for (raising
+    ``DecodeAbandonedError`` once every request of the batch is abandoned).
     """
 
     def decide_many(self, requests: Sequence[Any]) -> Sequence[Any]: ...
@@ -56,9 +60,25 @@ class WorkItem:
     enqueued_at: float = field(default_factory=time.monotonic)
     future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
     started_at: float | None = None
+    given_up: bool = False  # set by the caller that stopped waiting (``abandon``)
+
+    def abandon(self) -> None:
+        """The caller stopped waiting (timed out, cancelled): stop decoding it if it runs."""
+        self.given_up = True
+
+    @property
+    def abandoned(self) -> bool:
+        return self.given_up or time.monotonic() > self.deadline
 
 
 _STOP = object()
+
+
+def _takes_keyword(function: Callable[..., Any], name: str) -> bool:
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
 
 
 class BatchWorker:
@@ -88,6 +108,7 @@ class BatchWorker:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self._thread: threading.Thread | None = None
         self._accepting = False
+        self._takes_abandoned = _takes_keyword(engine.decide_many, "abandoned")
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -190,7 +211,7 @@ class BatchWorker:
         for item in batch:
             if not item.future.set_running_or_notify_cancel():
                 continue  # the caller cancelled (timed out); never decide it
-            if now > item.deadline:
+            if now > item.deadline or item.given_up:
                 item.future.set_exception(
                     RequestExpiredError("the request timed out while waiting in the queue")
                 )
@@ -205,12 +226,25 @@ class BatchWorker:
         if not batch:
             return
         start = time.monotonic()
+        payloads = [item.payload for item in batch]
         try:
-            results = list(self.engine.decide_many([item.payload for item in batch]))
+            if self._takes_abandoned:
+                def abandoned(i: int) -> bool:
+                    return batch[i].abandoned
+
+                results = list(self.engine.decide_many(payloads, abandoned=abandoned))
+            else:
+                results = list(self.engine.decide_many(payloads))
             if len(results) != len(batch):
                 raise RuntimeError(
                     f"engine returned {len(results)} results for {len(batch)} requests"
                 )
+        except DecodeAbandonedError:
+            # every caller of the batch gave up: it was stopped, nothing to retry or answer
+            log.info("batch of %d abandoned by its callers; decoding stopped", len(batch))
+            for item in batch:
+                self._resolve(item, RequestExpiredError("the request was given up while decided"))
+            return
         except Exception as exc:  # noqa: BLE001 - isolate the request at fault, below
             if len(batch) == 1:
                 log.warning("request failed in the worker: %s", exc)
