@@ -333,6 +333,36 @@ def test_other_errors_are_json_and_the_server_stays_healthy(server: str) -> None
     assert 'decision_requests_total{outcome="error"}' not in text  # never a 500
 
 
+@pytest.mark.parametrize("content_type", [
+    "application/x-www-form-urlencoded",  # what curl -d sends without -H
+    "text/plain",
+    None,
+])
+def test_a_body_not_sent_as_json_is_415_saying_so(server: str, content_type: str | None) -> None:
+    # FastAPI leaves such a body unparsed: it was a 422 "Input should be a valid dictionary or
+    # object to extract fields from" with no field, which does not say what to change
+    headers = {"content-type": content_type} if content_type else {}
+    response = httpx.post(f"{server}/decide", content=json.dumps(_body()).encode(),
+                          headers=headers)
+    assert response.status_code == 415, response.text
+    error = response.json()["error"]
+    assert error["type"] == "unsupported_media_type"
+    assert "content-type: application/json" in error["message"]
+    assert (repr(content_type) if content_type else "no content-type") in error["message"]
+
+
+def test_an_empty_body_is_400_saying_so(server: str) -> None:
+    # it was a 422 "Field required" with no field
+    response = httpx.post(f"{server}/decide", content=b"",
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "malformed_json" and "empty" in error["message"]
+    listed = httpx.post(f"{server}/decide", json=[1, 2])
+    assert listed.status_code == 422
+    assert listed.json()["error"]["message"].startswith("request body: ")
+
+
 class _SlowEngine:
     """The real engine, slowed down: lets a test fill the queue and outlive the timeout."""
 

@@ -1,8 +1,9 @@
 """Error responses: every failure leaves as ``{"error": {"type", "message", "field"}}``.
 
-Status codes: 400 malformed JSON, 404/405 unknown route or method, 413 body over the limit,
-422 invalid request (the field is named), 429 queue full, 503 model not loaded or shutting down,
-504 request outlived its timeout, 500 only for a fault of the service itself.
+Status codes: 400 malformed JSON or no body, 404/405 unknown route or method, 413 body over the
+limit, 415 a body not sent as JSON (content-type), 422 invalid request (the field is named),
+429 queue full, 503 model not loaded or shutting down, 504 request outlived its timeout, 500 only
+for a fault of the service itself.
 """
 
 from __future__ import annotations
@@ -54,17 +55,32 @@ def _field_path(loc: Sequence[Any]) -> str | None:
     return ".".join(parts) or None
 
 
-def _validation_response(exc: RequestValidationError) -> JSONResponse:
+def _validation_response(exc: RequestValidationError, request: Request) -> JSONResponse:
     errors = exc.errors()
     first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
     if first.get("type") == "json_invalid":
         ctx = first.get("ctx") or {}
         detail = ctx.get("error", "malformed JSON")
         return error_response(400, "malformed_json", f"request body is not valid JSON: {detail}")
+    if tuple(first.get("loc", ())) == ("body",):
+        # The body as a whole: FastAPI found none, or did not parse it as JSON at all because
+        # the content-type is not JSON (curl -d sends application/x-www-form-urlencoded).
+        if first.get("type") == "missing":
+            return error_response(
+                400, "malformed_json",
+                "the request body is empty; send a JSON object with content-type: "
+                "application/json",
+            )
+        if isinstance(first.get("input"), bytes | bytearray):
+            got = request.headers.get("content-type")
+            return error_response(
+                415, "unsupported_media_type",
+                "the request body must be JSON sent with content-type: application/json "
+                f"(got {'content-type: ' + repr(got) if got else 'no content-type'})",
+            )
     field = _field_path(first.get("loc", ()))
     message = str(first.get("msg", "invalid request"))
-    if field:
-        message = f"{field}: {message}"
+    message = f"{field or 'request body'}: {message}"
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     return error_response(422, "validation_error", message, field)
@@ -74,8 +90,8 @@ def install_error_handlers(app: FastAPI) -> None:
     """Map every exception a request can raise to the JSON error shape."""
 
     @app.exception_handler(RequestValidationError)
-    async def _on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return _validation_response(exc)
+    async def _on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_response(exc, request)
 
     @app.exception_handler(DecisionInputError)
     async def _on_input(_: Request, exc: DecisionInputError) -> JSONResponse:
