@@ -220,6 +220,9 @@ def _question(answer: dict[str, Any], **extra: Any) -> dict[str, Any]:
 BAD_REQUESTS: list[tuple[str, Any, int, str, str | None]] = [
     ("malformed JSON", b'{"document": "x", "questions": [', 400, "malformed_json", None),
     ("body not UTF-8", b'{"document": "\xff\xfe"}', 400, "malformed_json", None),
+    ("body nested too deeply", b"[" * 50_000 + b"]" * 50_000, 400, "malformed_json", None),
+    ("integer of 5000 digits", b'{"document": "x", "questions": [], "mode": ' + b"9" * 5000
+     + b"}", 400, "malformed_json", None),
     ("not an object", [1, 2, 3], 422, "validation_error", None),
     ("missing document", {"questions": _body()["questions"]}, 422, "validation_error",
      "document"),
@@ -301,6 +304,11 @@ def test_bad_request_answered_with_status_and_message(
 
 # What the message must say, beyond naming the field.
 MESSAGE_PARTS: dict[str, tuple[str, ...]] = {
+    # these three were "request body is not valid UTF-8 JSON (There was an error parsing the
+    # body)", which is wrong for the last two and does not say where for the first
+    "body not UTF-8": ("not valid UTF-8", "0xff at position 14"),
+    "body nested too deeply": ("nested too deeply",),
+    "integer of 5000 digits": ("integer of more than 4300 digits",),
     "9 questions in joint mode": ("at most 8", "got 9"),
     "document longer than the model accepts": ("10000 tokens", "at most 4096"),
     "body over the size limit": (str(MAX_BODY),),

@@ -9,6 +9,7 @@ for a fault of the service itself.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,6 +87,22 @@ def _validation_response(exc: RequestValidationError, request: Request) -> JSONR
     return error_response(422, "validation_error", message, field)
 
 
+def _unparsable_body(cause: BaseException | None) -> str:
+    """Why FastAPI's JSON reader failed on a body (it says only "There was an error parsing the
+    body"; the exception it caught is the ``__cause__``)."""
+    if isinstance(cause, UnicodeDecodeError):
+        return (f"request body is not valid UTF-8: byte 0x{cause.object[cause.start]:02x} at "
+                f"position {cause.start}")
+    if isinstance(cause, RecursionError):
+        return "request body is not readable JSON: it is nested too deeply"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        return ("request body is not readable JSON: it holds an integer of more than "
+                f"{sys.get_int_max_str_digits()} digits")
+    if cause is not None:
+        return f"request body is not readable JSON: {type(cause).__name__}: {cause}"
+    return "request body is not readable JSON"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map every exception a request can raise to the JSON error shape."""
 
@@ -105,9 +122,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:  # FastAPI's body reader: not UTF-8, too deeply nested, ...
-            return error_response(
-                400, "malformed_json", f"request body is not valid UTF-8 JSON ({exc.detail})"
-            )
+            return error_response(400, "malformed_json", _unparsable_body(exc.__cause__))
         kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
         return error_response(
             exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail)
