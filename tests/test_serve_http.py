@@ -526,3 +526,47 @@ def test_a_client_that_disconnects_stops_its_decoding(checkpoint: Path) -> None:
         assert quick.status_code == 200
         assert time.monotonic() - start < 10
     assert engine.stopped_after is not None and engine.stopped_after < 10
+
+
+def test_shutdown_answers_every_waiting_request(checkpoint: Path) -> None:
+    # At shutdown uvicorn waits out its graceful time, then cancels the requests still waiting:
+    # each got a bare "Internal Server Error" 500 (and a traceback in the log). Now the queued
+    # ones are answered 503 as soon as shutdown begins, and the one being decided is answered
+    # (200 if it finishes in time, else a JSON 503).
+    import threading
+
+    import uvicorn
+
+    from decision.serve.app import ServiceServer
+    from decision.serve.testing import free_port
+
+    settings = ServeSettings(max_batch_size=1, max_wait_ms=0, include_apps=False)
+    engine = _SlowEngine(ModelEngine.load(str(checkpoint)), delay_s=1.5)
+    port = free_port()
+    config = uvicorn.Config(create_app(settings, engine=engine), host="127.0.0.1", port=port,
+                            log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    server = ServiceServer(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+    def client(_: int) -> tuple[int, Any, float]:
+        start = time.monotonic()
+        r = httpx.post(f"http://127.0.0.1:{port}/decide", json=_body(max_steps=1), timeout=60)
+        return r.status_code, r.json(), time.monotonic() - start
+
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        futures = [pool.submit(client, i) for i in range(5)]
+        time.sleep(0.5)
+        server.should_exit = True
+        results = [f.result() for f in futures]
+    thread.join(30)
+    statuses = sorted(status for status, _, _ in results)
+    assert set(statuses) <= {200, 503}, results
+    assert statuses.count(503) >= 3, results
+    for status, data, seconds in results:
+        if status == 503:
+            assert data["error"]["type"] == "unavailable" and data["error"]["message"]
+        assert seconds < 5

@@ -58,7 +58,12 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from decision.serve.app import check_app_settings, create_app, default_engine_factory
+    from decision.serve.app import (
+        ServiceServer,
+        check_app_settings,
+        create_app,
+        default_engine_factory,
+    )
 
     try:
         settings = settings_from_args(args)
@@ -80,6 +85,6 @@ def run(args: argparse.Namespace) -> int:
         app, host=settings.host, port=settings.port, log_level=args.log_level,
         lifespan="on", timeout_graceful_shutdown=10,
     )
-    server = uvicorn.Server(config)
+    server = ServiceServer(config)
     server.run()
     return 0 if server.started else 1

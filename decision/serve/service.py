@@ -86,6 +86,7 @@ class DecisionService:
         self.engine: ServiceEngine | None = None
         self.worker: BatchWorker | None = None
         self._prepare_limiter: anyio.CapacityLimiter | None = None  # made on the event loop
+        self.shutting_down = False
         self.metrics = ServiceMetrics(
             queue_depth=lambda: float(self.worker.depth) if self.worker else 0.0,
             model_loaded=lambda: 1.0 if self.ready else 0.0,
@@ -107,6 +108,14 @@ class DecisionService:
             metrics=self.metrics,
         )
         self.worker.start()
+
+    def begin_shutdown(self) -> None:
+        """The server is shutting down: answer the queued requests 503 now, refuse new ones, and
+        let the batch in progress finish (``decision serve`` calls this when shutdown begins;
+        ``stop`` follows at the end of the lifespan)."""
+        self.shutting_down = True
+        if self.worker is not None:
+            self.worker.close()
 
     def stop(self) -> None:
         if self.worker is not None:
@@ -149,6 +158,14 @@ class DecisionService:
             ) from None
         except WorkerStoppedError as exc:
             raise ServiceError(503, "unavailable", str(exc)) from None
+        except asyncio.CancelledError:
+            if not self.shutting_down:
+                raise
+            # the server's graceful-shutdown time ran out and it cancelled the request: answer
+            # it (a JSON 503, not a bare 500), and the finally below stops its decoding
+            raise ServiceError(
+                503, "unavailable", "the service shut down before the request was decided"
+            ) from None
         finally:
             if watch is not None:
                 watch.cancel()

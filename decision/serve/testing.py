@@ -54,9 +54,11 @@ def running_server(app: Any, port: int | None = None, timeout: float = 60.0) -> 
     """Run ``app`` with uvicorn in a thread on loopback; yields its base URL, stops on exit."""
     import uvicorn
 
+    from decision.serve.app import ServiceServer
+
     port = port or free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    server = ServiceServer(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout

@@ -138,6 +138,12 @@ class BatchWorker:
         self._fail_waiting(WorkerStoppedError("the service is shutting down"))
         self._thread = None
 
+    def close(self) -> None:
+        """Refuse new requests and fail those still queued (``WorkerStoppedError``) at once; the
+        batch being decided finishes. The start of a shutdown, before ``stop``."""
+        self._accepting = False
+        self._fail_waiting(WorkerStoppedError("the service is shutting down"))
+
     @property
     def alive(self) -> bool:
         return self._accepting and self._thread is not None and self._thread.is_alive()
