@@ -144,7 +144,10 @@ def test_invalid_schemas_rejected(payload) -> None:
 @pytest.mark.parametrize(
     ("regex", "needle"),
     [("(?=a)b", "look-around"), ("(a)\\1", "back-references"), ("^a$", "anchors"),
-     ("(a{100}){100}", "expands"), ("(", "invalid")],
+     ("(a{100}){100}", "expands"), ("(", "invalid"),
+     # a regex that matches nothing was outlines-core's "vocabulary provided is incompatible
+     # ... may be due to an encoding issue in your vocabulary", naming the answer, not the regex
+     ("[^\\s\\S]", "matches no text"), ("a[^\\s\\S]b", "matches no text")],
 )
 def test_bad_regexes_fail_fast(ctx, regex: str, needle: str) -> None:
     with pytest.raises(SchemaError) as err:

@@ -161,6 +161,17 @@ def _child(
         conn.close()
 
 
+EMPTY_LANGUAGE = "regex matches no text at all (its language is empty)"
+
+
+def _index_error(message: str, field_name: str) -> SchemaError:
+    """outlines-core's refusal as a SchemaError. It reports a regex that matches nothing as a
+    vocabulary "missing tokens" for an empty list of characters (every byte is a token here)."""
+    if "missing tokens" in message and "characters: []" in message:
+        return SchemaError(EMPTY_LANGUAGE, field_name)
+    return SchemaError(f"regex not supported by outlines-core: {message}", field_name)
+
+
 def _guarded_transitions(
     regex: str, vocabulary: Vocabulary, field_name: str, timeout: float,
     sentinel: int | None = None,
@@ -185,7 +196,7 @@ def _guarded_transitions(
         proc.join()
         parent.close()
     if status != "ok":
-        raise SchemaError(f"regex not supported by outlines-core: {payload}", field_name)
+        raise _index_error(payload, field_name)
     return payload
 
 
@@ -261,7 +272,7 @@ def compile_regex(
         try:
             initial, transitions, finals = _index_transitions(regex, ctx.vocabulary, sentinel)
         except Exception as exc:
-            raise SchemaError(f"regex not supported by outlines-core: {exc}", field_name) from exc
+            raise _index_error(f"{type(exc).__name__}: {exc}", field_name) from exc
     if not finals:
         raise SchemaError("the answer language is empty over this vocabulary", field_name)
     return _to_automaton(initial, transitions, finals, ctx.special.eos, budget, field_name)
@@ -357,10 +368,17 @@ def compile_answer(
         automaton = char_dfa_automaton(*char_dfa, ctx, budget)
     else:
         # user-written regexes can blow up during determinisation: compile those under a guard
-        automaton = compile_regex(
-            regex, ctx, budget, field_name, guarded=user_regex or answer.type == "json"
-        )
+        try:
+            automaton = compile_regex(
+                regex, ctx, budget, field_name, guarded=user_regex or answer.type == "json"
+            )
+        except SchemaError as exc:
+            if user_regex and exc.field == field_name:  # the client's regex is at fault
+                raise SchemaError(exc.message, f"{field_name}.regex") from None
+            raise
     shortest = shortest_answer(automaton)
+    if shortest >= 1 << 30:  # no accepting state reachable
+        raise SchemaError(EMPTY_LANGUAGE, f"{field_name}.regex" if user_regex else field_name)
     if shortest > budget:
         raise SchemaError(
             f"the shortest valid answer needs {shortest} tokens but the slot has {budget}; "
