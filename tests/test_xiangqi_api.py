@@ -249,34 +249,109 @@ def test_unknown_fields_and_non_integer_versions_are_422_naming_the_field(
 
 
 @pytest.mark.parametrize(
-    ("action", "content", "content_type", "words"),
+    ("action", "content", "words"),
     [
-        ("moves", None, None, "the request body is missing"),
-        ("moves", b"", "application/json", "the request body is missing"),
-        ("moves", b"null", "application/json", "got null"),
-        ("moves", b'["h2e2"]', "application/json", "got an array"),
-        ("moves", b'"h2e2"', "application/json", "got a string"),
-        ("undo", b"3", "application/json", "got a number"),
-        ("", b"true", "application/json", "got a boolean"),
-        ("moves", b'{"move": "h2e2"}', "text/plain", "Content-Type: application/json"),
-        ("moves", b"move=h2e2", "application/x-www-form-urlencoded", "application/json"),
+        ("moves", b"null", "got null"),
+        ("moves", b'["h2e2"]', "got an array"),
+        ("moves", b'"h2e2"', "got a string"),
+        ("undo", b"3", "got a number"),
+        ("", b"true", "got a boolean"),
     ],
 )
-def test_a_missing_or_non_object_body_is_422_saying_so(
-    client: TestClient, action: str, content: bytes | None, content_type: str | None, words: str
+def test_a_json_body_that_is_not_an_object_is_422_saying_so(
+    client: TestClient, action: str, content: bytes, words: str
 ) -> None:
-    """The message was pydantic's 'Field required' or 'Input should be a valid dictionary or
-    object to extract fields from', with no field: it did not say the body was meant."""
+    """The message was pydantic's 'Input should be a valid dictionary or object to extract
+    fields from', with no field: it did not say the body was meant."""
     g = new_game(client, model_side="none")
     path = GAMES if not action else f"{GAMES}/{g['id']}/{action}"
-    headers = {"content-type": content_type} if content_type else {}
-    r = client.post(path, content=content, headers=headers)
+    r = client.post(path, content=content, headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text
     err = r.json()["error"]
     assert err["type"] == "validation_error" and err["field"] is None
     assert "JSON object" in err["message"] and words in err["message"], err["message"]
     fields = {"moves": "move, version", "undo": "version", "": "fen, model_side"}[action]
     assert fields in err["message"]
+
+
+def _service_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``decision serve``'s app, with the Xiangqi routes next to ``/decide``; its lifespan (the
+    model) is never run: these requests are answered before any route needs it."""
+    from decision.serve.app import create_app as create_service
+    from decision.serve.settings import ServeSettings
+
+    monkeypatch.setenv("DECISION_XIANGQI_DB", str(tmp_path / "served.sqlite3"))
+    return create_service(ServeSettings(model_path=str(tmp_path / "no-model")))
+
+
+# A body that is not read as JSON at all: (content, content-type, status, type, words).
+UNREAD_BODIES: dict[str, tuple[bytes | None, str | None, int, str, str]] = {
+    "no body": (None, None, 400, "malformed_json", "the request body is empty"),
+    "empty JSON body": (b"", "application/json", 400, "malformed_json", "is empty"),
+    "curl -d without -H": (b'{"move": "h2e2"}', "application/x-www-form-urlencoded", 415,
+                           "unsupported_media_type", "'application/x-www-form-urlencoded'"),
+    "text/plain": (b'{"move": "h2e2"}', "text/plain", 415, "unsupported_media_type",
+                   "'text/plain'"),
+    "no content-type": (b'{"move": "h2e2"}', None, 415, "unsupported_media_type",
+                        "no content-type"),
+    "invalid JSON": (b'{"move": h2e2}', "application/json", 400, "malformed_json",
+                     "not valid JSON: Expecting value"),
+    "not UTF-8": (b'{"move": "\xff\xfe"}', "application/json", 400, "malformed_json",
+                  "0xff at position 10"),
+    "nested too deeply": (b"[" * 50_000 + b"]" * 50_000, "application/json", 400,
+                          "malformed_json", "nested too deeply"),
+    "integer of 5000 digits": (b'{"move": "h2e2", "version": ' + b"9" * 5000 + b"}",
+                               "application/json", 400, "malformed_json",
+                               "integer of more than 4300 digits"),
+}
+
+
+@pytest.mark.parametrize("app_kind", ["xiangqi serve", "decision serve"])
+@pytest.mark.parametrize("case", list(UNREAD_BODIES))
+def test_a_body_not_read_as_json_is_answered_as_decide_answers_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, app_kind: str, case: str
+) -> None:
+    """A move's body not sent as JSON, empty, or unreadable: the Xiangqi routes answered their
+    own 422 ('the request body is missing', 'a body not sent as Content-Type:
+    application/json') or a bare 'request body is not valid JSON', while /decide on the same
+    server answered 400 or 415 saying why."""
+    content, content_type, status, kind, words = UNREAD_BODIES[case]
+    if app_kind == "xiangqi serve":
+        client = TestClient(create_app(tmp_path / "games.sqlite3", FirstMovePlayer()))
+    else:
+        client = TestClient(_service_app(tmp_path, monkeypatch))
+    g = new_game(client, model_side="none")
+    headers = {"content-type": content_type} if content_type else {}
+    r = client.post(f"{GAMES}/{g['id']}/moves", content=content, headers=headers)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["type"] == kind and err["field"] is None
+    assert words in err["message"], err["message"]
+    if status == 415 or "empty" in words:
+        # and still says what the body is: its fields
+        assert "JSON object (with the fields move, version)" in err["message"], err["message"]
+        assert "content-type: application/json" in err["message"]
+    assert client.get(f"{GAMES}/{g['id']}").json()["moves"] == []
+    if app_kind == "decision serve":  # /decide next to it answers alike
+        decided = client.post("/decide", content=content, headers=headers)
+        assert decided.status_code == status, decided.text
+        assert decided.json()["error"]["type"] == kind
+        if status == 400 and "empty" not in words:  # the same reading: the same words
+            assert decided.json()["error"]["message"] == err["message"]
+
+
+def test_a_body_not_sent_as_json_is_415_on_every_route_that_takes_one(
+    client: TestClient,
+) -> None:
+    """Also where the body may be left out (new game, model move, undo): a body that is there
+    must be JSON; left out, it is still the usual request."""
+    g = new_game(client, model_side="none")
+    for path in (GAMES, f"{GAMES}/{g['id']}/model-move", f"{GAMES}/{g['id']}/undo"):
+        r = client.post(path, content=b"{}", headers={"content-type": "text/plain"})
+        assert r.status_code == 415, r.text
+        assert r.json()["error"]["type"] == "unsupported_media_type"
+    assert client.get(f"{GAMES}/{g['id']}").json()["moves"] == []
+    assert client.post(GAMES, headers={"content-type": "text/plain"}).status_code == 201
 
 
 def test_new_game_body_may_be_left_out(client: TestClient) -> None:

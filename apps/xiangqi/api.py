@@ -9,7 +9,9 @@ one game never corrupt it. A change of a game whose lock another request holds i
 
 Errors are JSON ``{"error": {"type", "message", "field", "legal_moves"?}}``: 404 unknown game,
 409 a move out of turn / on a finished game / on a stale version / on a busy game, 422 bad input
-(illegal move, malformed FEN, bad field).
+(illegal move, malformed FEN, bad field). A body that is not read as JSON is answered as
+``/decide`` answers it (:func:`decision.serve.errors.body_error_response`): 400 invalid or empty,
+415 not sent as ``application/json``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,11 @@ from apps.xiangqi.store import (
     check_store_path,
 )
 from decision.errors import DecisionError, DecisionInputError
-from decision.serve.errors import BodyLimitMiddleware, install_error_handlers
+from decision.serve.errors import (
+    BodyLimitMiddleware,
+    body_error_response,
+    install_error_handlers,
+)
 from decision.serve.settings import ServeSettings
 
 # The service mounts ``static_dir`` at ``static_url`` (decision.serve.app): the web board.
@@ -333,7 +339,7 @@ class _JsonErrorRoute(APIRoute):
             except GameApiError as e:
                 return JSONResponse(e.body(), status_code=e.status)
             except RequestValidationError as e:
-                return _validation_response(e, fields)
+                return _validation_response(e, request, fields)
             except DecisionInputError as e:
                 body = {"error": {"type": "validation_error", "message": e.message,
                                   "field": e.field}}
@@ -352,23 +358,21 @@ def _body_fields(route: APIRoute) -> tuple[str, ...]:
 
 
 def _validation_response(
-    e: RequestValidationError, fields: tuple[str, ...] = ()
+    e: RequestValidationError, request: Request, fields: tuple[str, ...] = ()
 ) -> JSONResponse:
-    """The first problem, in the service's shape (400 malformed JSON, else 422 with the field);
-    ``fields`` are those the body takes, named when the body has another."""
+    """The first problem, in the service's shape: a body not read as JSON (invalid, empty, or not
+    sent as JSON) as ``/decide`` answers it (400, 415), else 422 with the field; ``fields`` are
+    those the body takes, named when the body has another or is not a JSON object."""
     errors = e.errors()
     first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
-    if first.get("type") == "json_invalid":
-        body = {"type": "malformed_json", "message": "request body is not valid JSON",
-                "field": None}
-        return JSONResponse({"error": body}, status_code=400)
     takes = f" with the fields {', '.join(fields)}" if fields else ""
-    if tuple(first.get("loc", ())) == ("body",):  # the body as a whole, not one of its fields
-        if first.get("type") == "missing":
-            message = f"the request body is missing: it must be a JSON object{takes}"
-        else:
-            message = (f"the request body must be a JSON object{takes}, "
-                       f"got {_json_kind(first.get('input'))}")
+    expected = f"a JSON object (with the fields {', '.join(fields)})" if fields else None
+    answered = body_error_response(first, request, expected or "a JSON object")
+    if answered is not None:
+        return answered
+    if tuple(first.get("loc", ())) == ("body",):  # JSON, but not an object
+        message = (f"the request body must be a JSON object{takes}, "
+                   f"got {_json_kind(first.get('input'))}")
         return JSONResponse(
             {"error": {"type": "validation_error", "message": message, "field": None}},
             status_code=422,
@@ -385,7 +389,7 @@ def _validation_response(
 
 
 def _json_kind(value: object) -> str:
-    """What a request body that is not a JSON object is, for the message."""
+    """What a request body that is JSON but not a JSON object is, for the message."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -396,8 +400,7 @@ def _json_kind(value: object) -> str:
         return "a string"
     if isinstance(value, list):
         return "an array"
-    # FastAPI reads JSON only from a JSON content type; other bodies arrive as bytes or a form
-    return "a body not sent as Content-Type: application/json"
+    return type(value).__name__
 
 
 class _Body(BaseModel):

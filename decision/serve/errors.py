@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -56,29 +56,45 @@ def _field_path(loc: Sequence[Any]) -> str | None:
     return ".".join(parts) or None
 
 
-def _validation_response(exc: RequestValidationError, request: Request) -> JSONResponse:
-    errors = exc.errors()
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+def body_error_response(
+    first: Mapping[str, Any], request: Request, expected: str = "a JSON object"
+) -> JSONResponse | None:
+    """The answer to a request body that was not read as JSON at all, the same for every route
+    of the service (``/decide`` and the apps' routes): 400 ``malformed_json`` for invalid JSON or
+    an empty body, 415 ``unsupported_media_type`` for one not sent as JSON. ``first`` is the
+    first of a ``RequestValidationError``'s errors; ``expected`` what the body should be, for
+    the message. None when the body was read as JSON: what it holds is the route's to judge.
+    (A body FastAPI could not read at all, not UTF-8 say, is an ``HTTPException`` answered by
+    :func:`install_error_handlers`.)"""
     if first.get("type") == "json_invalid":
         ctx = first.get("ctx") or {}
         detail = ctx.get("error", "malformed JSON")
         return error_response(400, "malformed_json", f"request body is not valid JSON: {detail}")
-    if tuple(first.get("loc", ())) == ("body",):
-        # The body as a whole: FastAPI found none, or did not parse it as JSON at all because
-        # the content-type is not JSON (curl -d sends application/x-www-form-urlencoded).
-        if first.get("type") == "missing":
-            return error_response(
-                400, "malformed_json",
-                "the request body is empty; send a JSON object with content-type: "
-                "application/json",
-            )
-        if isinstance(first.get("input"), bytes | bytearray):
-            got = request.headers.get("content-type")
-            return error_response(
-                415, "unsupported_media_type",
-                "the request body must be JSON sent with content-type: application/json "
-                f"(got {'content-type: ' + repr(got) if got else 'no content-type'})",
-            )
+    if tuple(first.get("loc", ())) != ("body",):
+        return None
+    # The body as a whole: FastAPI found none, or did not parse it as JSON at all because the
+    # content-type is not JSON (curl -d sends application/x-www-form-urlencoded).
+    if first.get("type") == "missing":
+        return error_response(
+            400, "malformed_json",
+            f"the request body is empty; send {expected} with content-type: application/json",
+        )
+    if isinstance(first.get("input"), bytes | bytearray):
+        got = request.headers.get("content-type")
+        return error_response(
+            415, "unsupported_media_type",
+            f"the request body must be {expected} sent with content-type: application/json "
+            f"(got {'content-type: ' + repr(got) if got else 'no content-type'})",
+        )
+    return None
+
+
+def _validation_response(exc: RequestValidationError, request: Request) -> JSONResponse:
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    answered = body_error_response(first, request)
+    if answered is not None:
+        return answered
     field = _field_path(first.get("loc", ()))
     message = str(first.get("msg", "invalid request"))
     message = f"{field or 'request body'}: {message}"
