@@ -98,6 +98,9 @@ def test_decide_prints_the_json_answer(
          '"answer": {"type": "boolean"}}]}', "unknown key(s) 'document'"),
         ('{"questions": [{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}], '
          '"mode": "both"}', "mode"),
+        # a bound of "10" was read as 10: refused naming the field, as POST /decide does
+        ('[{"id": "a", "text": "Q?", "answer": {"type": "integer", "maximum": "10"}}]',
+         "questions.0.answer.integer.maximum: Input should be a valid integer"),
     ],
 )
 def test_decide_bad_input_exits_2_with_a_message(

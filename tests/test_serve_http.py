@@ -272,6 +272,17 @@ BAD_REQUESTS: list[tuple[str, Any, int, str, str | None]] = [
      "options.temperature"),
     ("integer minimum above maximum", _question({"type": "integer", "minimum": 5, "maximum": 1}),
      422, "validation_error", "questions.0.answer.integer"),
+    # lax pydantic read these as 10, 1 and 5: schema fields are as strict as the options
+    ("integer maximum a string", _question({"type": "integer", "maximum": "10"}), 422,
+     "validation_error", "questions.0.answer.integer.maximum"),
+    ("integer minimum true", _question({"type": "integer", "minimum": True}), 422,
+     "validation_error", "questions.0.answer.integer.minimum"),
+    ("integer maximum a float", _question({"type": "integer", "maximum": 10.0}), 422,
+     "validation_error", "questions.0.answer.integer.maximum"),
+    ("max_tokens a string", _question({"type": "pattern", "regex": "a+", "max_tokens": "5"}),
+     422, "validation_error", "questions.0.answer.pattern.max_tokens"),
+    ("options not strings", _question({"type": "choice", "options": [1, 2]}), 422,
+     "validation_error", "questions.0.answer.choice.options.0"),
     ("unsupported JSON schema",
      _question({"type": "json", "schema": {"type": "object", "patternProperties": {}}}), 422,
      "validation_error", "questions.0"),
@@ -318,6 +329,9 @@ MESSAGE_PARTS: dict[str, tuple[str, ...]] = {
     "threshold above one": ("less than or equal to 1",),
     "threshold NaN": ("finite",),
     "unknown answer type": ("colour",),
+    "integer maximum a string": ("questions.0.answer.integer.maximum", "valid integer"),
+    "max_tokens a string": ("valid integer",),
+    "options not strings": ("valid string",),
 }
 
 

@@ -12,7 +12,7 @@ import re
 from abc import abstractmethod
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
 from decision.schemas.ranges import integer_range_dfa, integer_range_regex
 
@@ -67,7 +67,7 @@ class ChoiceAnswer(_Answer):
     """One of 1..256 distinct, non-empty option strings."""
 
     type: Literal["choice"] = "choice"
-    options_: list[str] = Field(alias="options", min_length=1, max_length=MAX_OPTIONS)
+    options_: list[StrictStr] = Field(alias="options", min_length=1, max_length=MAX_OPTIONS)
 
     @field_validator("options_")
     @classmethod
@@ -115,8 +115,8 @@ class IntegerAnswer(_Answer):
     """A decimal integer in ``[minimum, maximum]`` (inclusive; enforced exactly)."""
 
     type: Literal["integer"] = "integer"
-    minimum: int = Field(default=-DEFAULT_INTEGER_BOUND, ge=-(10**18), le=10**18)
-    maximum: int = Field(default=DEFAULT_INTEGER_BOUND, ge=-(10**18), le=10**18)
+    minimum: int = Field(default=-DEFAULT_INTEGER_BOUND, ge=-(10**18), le=10**18, strict=True)
+    maximum: int = Field(default=DEFAULT_INTEGER_BOUND, ge=-(10**18), le=10**18, strict=True)
 
     @model_validator(mode="after")
     def _ordered(self) -> IntegerAnswer:
@@ -143,7 +143,7 @@ class NumberAnswer(_Answer):
     """A decimal number (optional sign and fraction) of at most ``max_tokens`` tokens."""
 
     type: Literal["number"] = "number"
-    max_tokens: int = Field(default=12, ge=1, le=64)
+    max_tokens: int = Field(default=12, ge=1, le=64, strict=True)
 
     def regex(self) -> str:
         return r"-?(0|[1-9][0-9]*)(\.[0-9]+)?"
@@ -159,8 +159,8 @@ class PatternAnswer(_Answer):
     """Text matching ``regex`` in full, in at most ``max_tokens`` tokens."""
 
     type: Literal["pattern"] = "pattern"
-    pattern: str = Field(alias="regex", min_length=1, max_length=1000)
-    max_tokens: int = Field(default=16, ge=1, le=MAX_SLOT_TOKENS)
+    pattern: str = Field(alias="regex", min_length=1, max_length=1000, strict=True)
+    max_tokens: int = Field(default=16, ge=1, le=MAX_SLOT_TOKENS, strict=True)
 
     def regex(self) -> str:
         return self.pattern
@@ -177,7 +177,7 @@ class JsonAnswer(_Answer):
 
     type: Literal["json"] = "json"
     json_schema: dict[str, Any] = Field(alias="schema")
-    max_tokens: int = Field(default=48, ge=1, le=MAX_SLOT_TOKENS)
+    max_tokens: int = Field(default=48, ge=1, le=MAX_SLOT_TOKENS, strict=True)
 
     def regex(self) -> str:
         from decision.schemas.json_subset import json_regex
