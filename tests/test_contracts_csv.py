@@ -96,6 +96,10 @@ def test_a_byte_order_mark_before_the_header_is_ignored(tmp_path: Path) -> None:
     ([["g", "D", "q1", "Q?", "choice", '["a"]', "b"]], HEADER, "row 2.gold"),
     ([["g", "D", "q1", "Q?", "choice", "{}", "a"]], HEADER, "row 2.options"),
     ([["g", "D", "q1", "Q?", "integer", "{bad", "1"]], HEADER, "row 2.options"),
+    # a bound "10" crashed the read (gold 5 > "10": TypeError); true was read as 1
+    ([["g", "D", "q1", "Q?", "integer", '{"maximum": "10"}', "5"]], HEADER, "row 2.options"),
+    ([["g", "D", "q1", "Q?", "integer", '{"minimum": true}', "5"]], HEADER, "row 2.options"),
+    ([["g", "D", "q1", "Q?", "number", '{"max_tokens": 4.0}', "5"]], HEADER, "row 2.options"),
     ([["g", "", "q1", "Q?", "boolean", "{}", "true"]], HEADER, "row 2.document"),
     ([["g", "D", "q1", "Q?", "boolean", "{}", "true"],
       ["g", "E", "q2", "Q?", "boolean", "{}", "true"]], HEADER, "row 3.document"),

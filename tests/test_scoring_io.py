@@ -64,6 +64,13 @@ MALFORMED = [
     (["g", "D", "q1", "Q", "pattern", '{"regex": "[a-"}', ""], "regex"),
     (["g", "D", "q1", "Q", "integer", '{"minimum": 0, "maximum": 9}', "12"], "outside"),
     (["g", "D", "q1", "Q", "integer", '{"minimum": 5, "maximum": 1}', ""], "above maximum"),
+    # were read as 10 (then gold 5 > "10" crashed the read with a TypeError) and as 1
+    (["g", "D", "q1", "Q", "integer", '{"minimum": 0, "maximum": "10"}', "5"],
+     'maximum must be a JSON integer such as 10, not "10"'),
+    (["g", "D", "q1", "Q", "integer", '{"minimum": 0, "maximum": true}', ""],
+     "maximum must be a JSON integer such as 10, not true"),
+    (["g", "D", "q1", "Q", "pattern", '{"regex": "a+", "max_tokens": "4"}', ""],
+     'max_tokens must be a JSON integer such as 10, not "4"'),
     (["", "D", "q1", "Q", "boolean", "", ""], "group_id is empty"),
     (["g", "D", "", "Q", "boolean", "", ""], "id"),
     (["g", "D", "q1", "", "boolean", "", ""], "text"),

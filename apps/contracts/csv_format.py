@@ -119,6 +119,9 @@ def _cell_error(where: str | None, cell: str, message: str) -> DecisionInputErro
     return DecisionInputError(f"{where}: {message}", f"{where}.{cell}")
 
 
+_INTEGER_FIELDS = ("minimum", "maximum", "max_tokens")  # answer-schema fields that take integers
+
+
 def schema_from_cells(answer_type: str, options_cell: str,
                       where: str | None = "row") -> dict[str, Any]:
     """The answer schema dict from the ``answer_type`` and ``options`` cells."""
@@ -137,6 +140,12 @@ def schema_from_cells(answer_type: str, options_cell: str,
                           f"options for {answer_type!r} must be a JSON object")
     if "type" in options:
         raise _cell_error(where, "options", "options must not repeat the type")
+    for name in _INTEGER_FIELDS:
+        # as strict as the service's schema: "10", true and 10.0 are not read as integers
+        value = options.get(name)
+        if name in options and (isinstance(value, bool) or not isinstance(value, int)):
+            raise _cell_error(where, "options",
+                              f"{name} must be a JSON integer such as 10, not {json.dumps(value)}")
     return {"type": answer_type, **options}
 
 
