@@ -611,3 +611,89 @@ def test_the_xiangqi_only_app_refuses_an_oversized_body_with_413(tmp_path: Path)
     r = small.post(GAMES, json={"fen": "x" * 2000})
     assert r.status_code == 413 and r.json()["error"]["type"] == "payload_too_large"
     assert client.get(f"{GAMES}/{game['id']}").json()["moves"] == []
+
+
+def test_a_model_move_cut_off_by_a_forced_quit_is_a_json_503_and_plays_nothing(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second Ctrl-C while the model thinks: uvicorn cancels the request. It was a plain-text
+    'Internal Server Error' 500 with a traceback, and the move thread ran on and saved the move
+    the caller was told had failed. (One SIGTERM or Ctrl-C waits for the move: a 200.)"""
+    import uvicorn
+
+    from apps.xiangqi import api
+    from decision.serve.testing import free_port
+
+    asked, release = threading.Event(), threading.Event()
+
+    class WaitingPlayer:
+        def choose(self, board: Board) -> Move:
+            asked.set()
+            release.wait(10)
+            return board.legal_moves[0]
+
+    saves: list[str] = []
+    tried_to_save = threading.Event()
+
+    def begin_save() -> None:
+        try:
+            real_begin_save()
+            saves.append("saved")
+        except api._GivenUp:
+            saves.append("given up")
+            raise
+        finally:
+            tried_to_save.set()
+
+    real_begin_save = api._begin_save
+    monkeypatch.setattr(api, "_begin_save", begin_save)
+    app = create_app(db, WaitingPlayer())
+    game = TestClient(app).post(GAMES, json={"model_side": "red"}).json()
+    saves.clear()
+    tried_to_save.clear()
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="off"))
+    serving = threading.Thread(target=server.run, daemon=True)
+    serving.start()
+    answers: list[httpx.Response] = []
+
+    def model_move() -> None:
+        for _ in range(100):
+            try:
+                answers.append(httpx.post(
+                    f"http://127.0.0.1:{port}{GAMES}/{game['id']}/model-move", timeout=20))
+                return
+            except httpx.ConnectError:  # not listening yet
+                threading.Event().wait(0.1)
+
+    asking = threading.Thread(target=model_move)
+    asking.start()
+    try:
+        assert asked.wait(20)
+        server.should_exit = server.force_exit = True  # what a second Ctrl-C does
+        asking.join(20)
+        serving.join(20)
+    finally:
+        release.set()
+    assert answers, "no answer"
+    r = answers[0]
+    assert r.status_code == 503, r.text
+    assert r.headers["content-type"] == "application/json" and r.headers["retry-after"] == "1"
+    err = r.json()["error"]
+    assert err["type"] == "unavailable" and "nothing was changed" in err["message"]
+    assert tried_to_save.wait(10)
+    assert saves == ["given up"]
+    assert GameStore(db).get(game["id"]).moves == ()  # as the answer said
+
+
+def test_a_request_given_up_during_its_save_is_told_the_change_was_saved() -> None:
+    from apps.xiangqi.api import _Answer, _GivenUp
+
+    answer = _Answer()
+    answer.begin_save()
+    assert answer.give_up() is True  # the save goes on: "its change was saved"
+    late = _Answer()
+    assert late.give_up() is False  # "nothing was changed"
+    with pytest.raises(_GivenUp):
+        late.begin_save()

@@ -16,11 +16,13 @@ Errors are JSON ``{"error": {"type", "message", "field", "legal_moves"?}}``: 404
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import typing
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,6 +86,44 @@ class GameApiError(Exception):
         if self.legal_moves is not None:
             err["legal_moves"] = self.legal_moves
         return {"error": err}
+
+
+class _GivenUp(Exception):
+    """The request was given up (its server stopping) before its change was saved."""
+
+
+class _Answer:
+    """Whether a request is still to be answered. Its change is saved only while it is: a
+    request the server gives up on (cancels, when it stops) before the save changes nothing, and
+    one given up during the save is told that its change was saved."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._given_up = False
+        self._saving = False
+
+    def begin_save(self) -> None:
+        with self._lock:
+            if self._given_up:
+                raise _GivenUp
+            self._saving = True
+
+    def give_up(self) -> bool:
+        """The request will not be answered with its result; True when its change is saved or
+        being saved (and will be), False when it will never be."""
+        with self._lock:
+            self._given_up = True
+            return self._saving
+
+
+# The HTTP request being answered (set by the routes, seen in their threads); None in code.
+_answer: ContextVar[_Answer | None] = ContextVar("xiangqi_answer", default=None)
+
+
+def _begin_save() -> None:
+    answer = _answer.get()
+    if answer is not None:
+        answer.begin_save()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,6 +221,7 @@ class GameService:
             raise GameApiError(404, "not_found", str(e), "game_id") from None
 
     def _save(self, record: GameRecord) -> GameRecord:
+        _begin_save()
         try:
             return self.store.save(record)
         except StaleGameError as e:
@@ -228,6 +269,7 @@ class GameService:
                 why = (f"{COLOR_NAMES[board.turn]} to move has no legal move; a new game needs "
                        "a position with a move to play")
             raise GameApiError(422, "invalid_fen", f"{over}: {why}", "fen")
+        _begin_save()
         return game_state(self.store.create(board.fen(), model_side))
 
     def state(self, game_id: str) -> dict[str, Any]:
@@ -334,8 +376,15 @@ class _JsonErrorRoute(APIRoute):
         fields = _body_fields(self)
 
         async def route(request: Request) -> Response:
+            answer = _Answer()
+            token = _answer.set(answer)
             try:
                 return await handler(request)
+            except asyncio.CancelledError:
+                # Only a server that stops cancels a request: a forced quit (a second Ctrl-C),
+                # or decision serve's graceful-shutdown time run out. Its route thread runs on
+                # (a model move thinks on) but saves nothing now, unless it already began to.
+                return _stopped_response(saved=answer.give_up())
             except GameApiError as e:
                 return JSONResponse(e.body(), status_code=e.status)
             except RequestValidationError as e:
@@ -344,8 +393,22 @@ class _JsonErrorRoute(APIRoute):
                 body = {"error": {"type": "validation_error", "message": e.message,
                                   "field": e.field}}
                 return JSONResponse(body, status_code=422)
+            finally:
+                _answer.reset(token)
 
         return route
+
+
+def _stopped_response(saved: bool) -> JSONResponse:
+    """A JSON 503 for a request cancelled by its server stopping (uvicorn's own answer is a
+    plain-text 500 and a traceback), saying whether the change was made."""
+    if saved:
+        what = "but its change was saved: reload the game"
+    else:
+        what = "and nothing was changed: the game is as it was"
+    message = f"the server stopped before the request was answered, {what}"
+    return JSONResponse(GameApiError(503, "unavailable", message).body(), status_code=503,
+                        headers={"Retry-After": "1"})
 
 
 def _body_fields(route: APIRoute) -> tuple[str, ...]:
