@@ -73,3 +73,75 @@ def test_json_text_is_strict_too() -> None:
     with pytest.raises(ValidationError):
         ADAPTER.validate_json('{"type": "integer", "maximum": 10.0}')
     assert ADAPTER.validate_json('{"type": "integer", "maximum": 10}').maximum == 10
+
+
+# -- compile time of regexes (in this file for its small tokenizer fixture) ---------------------
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    from decision.joint.toy import lease_sentences
+    from decision.schemas import tokenizer_context
+    from decision.tokenizer import train_tokenizer
+
+    return tokenizer_context(train_tokenizer(lease_sentences(300), vocab_size=600))
+
+
+@pytest.mark.parametrize("regex", ["a[a-z]{22}", "[a-z]{2}x[a-z]{20}", "a.{14}"])
+def test_counted_repeats_compile_at_once(ctx, regex: str) -> None:
+    # outlines-core also builds the DFA's unanchored search states, where a match may begin at
+    # any "a": 2^22 of them for a[a-z]{22}, which ran into the 10 s limit and was refused
+    import re
+    import time
+
+    from decision.schemas import PatternAnswer, compile_answer
+
+    start = time.monotonic()
+    automaton = compile_answer(PatternAnswer(regex=regex, max_tokens=24), ctx, "q.answer")
+    assert time.monotonic() - start < 5.0
+    assert automaton.num_states < 200
+    eos = ctx.special.eos
+    for text in ("a" * 23, "ab" + "c" * 21, "a" * 22, "b" * 23, "a" + "é" * 14, "a" * 15):
+        ids = [ctx.by_bytes[bytes([b])][0] for b in text.encode()]
+        walk = _accepts(automaton, ids + [eos])
+        assert walk == (re.fullmatch(regex, text) is not None), text
+
+
+def _accepts(automaton, ids: list[int]) -> bool:
+    edges = {(s, t): d for s, t, d in zip(automaton.src.tolist(), automaton.tok.tolist(),
+                                          automaton.dst.tolist(), strict=True)}
+    state = 0
+    for token in ids:
+        if (state, token) not in edges:
+            return False
+        state = edges[state, token]
+    return bool(automaton.accept[state])
+
+
+def test_a_refused_regex_is_refused_again_at_once(ctx, monkeypatch) -> None:
+    import time
+
+    from decision.errors import SchemaError
+    from decision.schemas import PatternAnswer, compile_answer
+    from decision.schemas import compile as compile_module
+
+    monkeypatch.setattr(compile_module, "COMPILE_TIMEOUT_S", 1.0)
+    calls = []
+    real = compile_module.compile_regex
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs, timeout=compile_module.COMPILE_TIMEOUT_S)
+
+    monkeypatch.setattr(compile_module, "compile_regex", counted)
+    answer = PatternAnswer(regex="[a-z]*a[a-z]{21}", max_tokens=24)  # 2^21 anchored states
+    with pytest.raises(SchemaError) as first:
+        compile_answer(answer, ctx, "questions.0.answer")
+    assert first.value.field == "questions.0.answer.regex"
+    start = time.monotonic()
+    with pytest.raises(SchemaError) as again:  # the same schema as another question's
+        compile_answer(PatternAnswer(regex="[a-z]*a[a-z]{21}", max_tokens=24), ctx,
+                       "questions.3.answer")
+    assert time.monotonic() - start < 0.5 and len(calls) == 1
+    assert again.value.message == first.value.message
+    assert again.value.field == "questions.3.answer.regex"

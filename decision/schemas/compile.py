@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
-import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -85,6 +84,9 @@ class TokenizerContext:
 
 _contexts: dict[int, tuple[Tokenizer, TokenizerContext]] = {}
 _automata: OrderedDict[tuple[str, str], TokenAutomaton] = OrderedDict()
+# Schemas refused: (message, field below the question's answer field). A regex that ran into the
+# compile time limit is refused again at once instead of holding a validation thread 10 s more.
+_refused: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -118,36 +120,29 @@ def tokenizer_context(tokenizer: Tokenizer) -> TokenizerContext:
     return ctx
 
 
-def _matches_empty(regex: str) -> bool:
-    """Whether ``regex`` matches the empty string (Python's ``re``; False when it cannot tell)."""
-    try:
-        return re.fullmatch(regex, "") is not None
-    except (re.error, RecursionError, OverflowError):
-        return False
-
-
 def _index_transitions(
     regex: str, vocabulary: Vocabulary, sentinel: int | None = None
 ) -> tuple[int, dict, set[int]]:
     """outlines-core's initial state, transitions and final states of ``regex``, full-matched.
 
-    ``sentinel``: the id of the one-byte token ``SENTINEL`` (needed for a regex that matches the
-    empty string, see below).
+    ``sentinel``: the id of the one-byte token ``SENTINEL``, read before the regex (below).
     """
     # outlines-core determinises with leftmost-first semantics: in ``a|ab`` it stops after ``a``.
     # An end anchor makes the DFA keep every alternative alive, i.e. full-match semantics.
-    try:
+    if sentinel is None:
         index = Index(f"(?:{regex})$", vocabulary)
-    except Exception:
-        if sentinel is None or not _matches_empty(regex):
-            raise
-        # outlines-core refuses an anchored regex whose start state already matches ("anchored
-        # universal start state doesn't exist"): read a sentinel byte first, start after it.
-        index = Index(f"\\x{SENTINEL[0]:02x}(?:{regex})$", vocabulary)
-        transitions = index.get_transitions()
-        start = transitions[index.get_initial_state()][sentinel]
-        return start, transitions, set(index.get_final_states())
-    return index.get_initial_state(), index.get_transitions(), set(index.get_final_states())
+        return index.get_initial_state(), index.get_transitions(), set(index.get_final_states())
+    # outlines-core builds regex-automata's whole DFA, the unanchored search states too, though
+    # it walks only the anchored ones: ``a[a-z]{22}`` has 25 anchored states but 2^22 unanchored
+    # ones (a match may start at any "a"), which took past the 10 s guard. A sentinel byte first
+    # lets an unanchored match start only after a sentinel, which the answer's own characters
+    # rarely include: that DFA stays as small as the anchored one. It also admits a regex that
+    # matches the empty string, whose anchored start outlines-core refuses ("anchored universal
+    # start state doesn't exist"). The walk starts after the sentinel.
+    index = Index(f"\\x{SENTINEL[0]:02x}(?:{regex})$", vocabulary)
+    transitions = index.get_transitions()
+    start = transitions[index.get_initial_state()][sentinel]
+    return start, transitions, set(index.get_final_states())
 
 
 def _child(
@@ -343,13 +338,36 @@ def shortest_answer(automaton: TokenAutomaton) -> int:
 def compile_answer(
     answer: _Answer, ctx: TokenizerContext, field_name: str = "answer"
 ) -> TokenAutomaton:
-    """The cached token automaton of an answer schema over ``ctx``'s vocabulary."""
+    """The cached token automaton of an answer schema over ``ctx``'s vocabulary; a schema
+    refused once is refused again from the cache (the error's field under ``field_name``)."""
     key = (ctx.fingerprint, Question.model_construct(answer=answer).schema_key())
     with _lock:
         hit = _automata.get(key)
         if hit is not None:
             _automata.move_to_end(key)
             return hit
+        refused = _refused.get(key)
+        if refused is not None:
+            _refused.move_to_end(key)
+            raise SchemaError(refused[0], field_name + refused[1])
+    try:
+        automaton = _compile_answer(answer, ctx, field_name)
+    except SchemaError as exc:
+        field = exc.field or ""
+        if field == field_name or field.startswith(field_name + "."):  # i.e. every error
+            with _lock:
+                _refused[key] = (exc.message, field[len(field_name):])
+                while len(_refused) > _CACHE_SIZE:
+                    _refused.popitem(last=False)
+        raise
+    with _lock:
+        _automata[key] = automaton
+        while len(_automata) > _CACHE_SIZE:
+            _automata.popitem(last=False)
+    return automaton
+
+
+def _compile_answer(answer: _Answer, ctx: TokenizerContext, field_name: str) -> TokenAutomaton:
     if isinstance(answer, JsonAnswer):  # its schema errors name the question's field
         regex = json_regex(answer.json_schema, f"{field_name}.schema")
     else:
@@ -385,10 +403,6 @@ def compile_answer(
             "raise max_tokens",
             f"{field_name}.max_tokens",
         )
-    with _lock:
-        _automata[key] = automaton
-        while len(_automata) > _CACHE_SIZE:
-            _automata.popitem(last=False)
     return automaton
 
 
