@@ -6,14 +6,16 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from decision.joint import dp
 from decision.joint.completions import MAX_CELLS, FillingTable, fillings
 from decision.joint.constrain import ActiveSlots
-from decision.joint.dp import PackedAutomata, log_partition, token_marginals, viterbi
+from decision.joint.dp import PackedAutomata, log_partition, search, token_marginals, viterbi
 from decision.schemas.compile import TokenAutomaton
 
 VOCAB = 3
@@ -74,6 +76,116 @@ def test_dp_matches_brute_force(problem) -> None:
         tokens, score = viterbi(packed, weights, dense=dense)
         marg = token_marginals(packed, weights, tokens, dense=dense)
         _check(autos, logp, tokens, score, log_z, marg)
+    tokens, score, marg = search(packed, logp)
+    _check(autos, logp, tokens, score, log_z, marg)
+
+
+@settings(max_examples=80, deadline=None)
+@given(problems())
+def test_trimmed_search_equals_the_edge_list_programmes(problem) -> None:
+    """``search`` (only the edges on some valid path, position by position) returns the very
+    tokens and scores of the edge-list Viterbi, and its marginals up to float rounding."""
+    autos, logp = problem
+    packed = PackedAutomata.pack(autos)
+    weights = packed.edge_weights(logp)
+    tokens, score = viterbi(packed, weights, dense=False)
+    got_tokens, got_score, got_marg = search(packed, logp)
+    valid = torch.isfinite(score)
+    assert torch.equal(got_score, score)
+    assert torch.equal(got_tokens[valid], tokens[valid])
+    want = token_marginals(packed, weights, tokens, dense=False)
+    assert torch.allclose(got_marg, want, atol=1e-6)
+
+
+def _log_space_marginals(packed: PackedAutomata, logp: torch.Tensor, tokens: torch.Tensor):
+    """Forward-backward in log space (no rescaling to underflow): the reference for long slots."""
+    w, ninf = packed.edge_weights(logp).double(), float("-inf")
+    n, k, length = packed.num_states, packed.num_automata, logp.shape[1]
+
+    def lse(index, x, size):
+        top = torch.full((size,), ninf, dtype=x.dtype).scatter_reduce(0, index, x, "amax")
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        total = torch.zeros(size, dtype=x.dtype).index_add(0, index, torch.exp(x - top[index]))
+        return torch.log(total) + top
+
+    la = torch.full((length + 1, n), ninf, dtype=torch.float64)
+    la[0, packed.initial] = 0.0
+    for t in range(length):
+        la[t + 1] = lse(packed.dst, la[t][packed.src] + w[:, t], n)
+    lb = torch.full((length + 1, n), ninf, dtype=torch.float64)
+    lb[length] = torch.where(packed.accept, 0.0, ninf)
+    for t in range(length - 1, -1, -1):
+        lb[t] = lse(packed.src, lb[t + 1][packed.dst] + w[:, t], n)
+    out = torch.zeros(k, length, dtype=torch.float64)
+    for t in range(length):
+        edge = la[t][packed.src] + w[:, t] + lb[t + 1][packed.dst]
+        chosen = packed.tok == tokens[packed.edge_owner, t]
+        mine = lse(packed.edge_owner[chosen], edge[chosen], k)
+        out[:, t] = torch.exp(mine - lse(packed.edge_owner, edge, k))
+    return out
+
+
+def _letters(n: int) -> TokenAutomaton:
+    """Exactly ``n`` letters, tokens 0/1/2 one/two/three letters long, then token 3 ([EOS])
+    padding: a fixed-length pattern as compile builds it (state i = i letters, n + 1 = DONE)."""
+    src, tok, dst = [], [], []
+    for i in range(n):
+        for v in range(3):
+            if i + v + 1 <= n:
+                src.append(i), tok.append(v), dst.append(i + v + 1)
+    src += [n, n + 1]
+    tok += [3, 3]
+    dst += [n + 1, n + 1]
+    accept = torch.zeros(n + 2, dtype=torch.bool)
+    accept[n:] = True
+    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return TokenAutomaton(n + 2, as_long(src), as_long(tok), as_long(dst), accept, budget=0)
+
+
+@pytest.mark.parametrize("fixed_every", [0, 3])
+def test_search_marginals_do_not_underflow_on_long_slots(fixed_every: int) -> None:
+    """40 letters in 100 positions, [EOS] unlikely (logit -20) until the answer ends: beta's
+    mass sits on states alpha cannot reach yet and the untrimmed passes' overlap underflows to
+    marginals of 0; ``search`` keeps the log-space values (and the very Viterbi path)."""
+    autos = [_letters(40), _letters(30)]
+    packed = PackedAutomata.pack(autos)
+    logits = torch.randn(2, 100, 8, generator=torch.Generator().manual_seed(3)) * 2
+    logits[:, :, 3] -= 20
+    logp = torch.log_softmax(logits, dim=-1)
+    tokens, score = viterbi(packed, packed.edge_weights(logp), dense=False)
+    for t in range(0, 100, fixed_every or 101):  # one-hot rows on the best path
+        logp[:, t] = float("-inf")
+        logp[torch.arange(2), t, tokens[:, t]] = 0.0
+    weights = packed.edge_weights(logp)
+    tokens, score = viterbi(packed, weights, dense=False)
+    got_tokens, got_score, got_marg = search(packed, logp)
+    assert torch.equal(got_tokens, tokens) and torch.equal(got_score, score)
+    want = _log_space_marginals(packed, logp, tokens)
+    assert torch.allclose(got_marg.double(), want, atol=1e-5)
+    if not fixed_every:  # what the untrimmed passes got wrong
+        old = token_marginals(packed, weights, tokens, dense=False)
+        assert (old.double() - want).abs().max() > 0.5
+
+
+def test_active_slots_use_search_beyond_the_dense_tables(monkeypatch) -> None:
+    """A slot past the dense limits is decoded by ``search`` in ``ActiveSlots``."""
+    monkeypatch.setattr(dp, "DENSE_MAX_STATES", 0)
+    autos = [_letters(5), _letters(4)]
+    logp = torch.log_softmax(torch.randn(2, 7, 4, generator=torch.Generator().manual_seed(1)),
+                             -1)
+    active = ActiveSlots.build(torch.arange(2), torch.zeros(2, 7, dtype=torch.long), autos)
+    active.listed, active.table = active.listed[:0], None  # force the programmes for both
+    active.searched = np.arange(2)
+    active.packed = PackedAutomata.pack(autos)
+    tokens, conf = active.decode(logp)
+    want_tokens, _, want_conf = search(active.packed, logp)
+    assert tokens.tolist() == want_tokens.tolist()
+    assert torch.allclose(conf, want_conf.clamp(0, 1))
+    weights = active.packed.edge_weights(logp)
+    dense_tokens, _ = viterbi(active.packed, weights, dense=True)
+    assert tokens.tolist() == dense_tokens.tolist()
+    assert torch.allclose(conf, token_marginals(active.packed, weights, dense_tokens, dense=True),
+                          atol=1e-5)
 
 
 def _check(autos, logp, tokens, score, log_z, marg) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from decision.joint.completions import FillingTable, IdentityCache, fillings
-from decision.joint.dp import PackedAutomata, token_marginals, viterbi
+from decision.joint.dp import PackedAutomata, search, token_marginals, viterbi
 from decision.schemas.compile import TokenAutomaton
 
 _Split = tuple[np.ndarray, FillingTable | None, np.ndarray, PackedAutomata | None]
@@ -100,10 +100,15 @@ class ActiveSlots:
                 )
             assert self.packed is not None
             rows = self.searched
-            weights = self.packed.edge_weights(logp[torch.from_numpy(rows)])
-            best, found = viterbi(self.packed, weights)
+            slot_logp = logp[torch.from_numpy(rows)]
+            if self.packed.dense(int(logp.shape[1])):
+                weights = self.packed.edge_weights(slot_logp)
+                best, found = viterbi(self.packed, weights)
+                marginals = token_marginals(self.packed, weights, best)
+            else:  # edge lists: only the edges on some valid path, position by position
+                best, found, marginals = search(self.packed, slot_logp)
             tokens[rows], score[rows] = best.numpy(), found.numpy()
-            confidence[rows] = token_marginals(self.packed, weights, best).numpy()
+            confidence[rows] = marginals.numpy()
         if not np.isfinite(score).all():
             raise RuntimeError("a slot has no valid completion (automaton/budget mismatch)")
         confidence = np.clip(confidence, 0.0, 1.0).astype(np.float32, copy=False)

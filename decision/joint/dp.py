@@ -348,3 +348,173 @@ def token_marginals(
     total = total.index_add(0, packed.edge_owner, edge)
     mine = torch.zeros_like(total).index_add(0, packed.edge_owner, edge * chosen)
     return (mine / total).nan_to_num(0.0).float()
+
+
+@dataclass(frozen=True)
+class _SourceIndex:
+    """The packed edges grouped by source state (CSR), in NumPy, built once per packing.
+
+    Edge ``i`` of this order is packed edge ``edge[i]``; the edges leaving state ``s`` are
+    ``start[s]:start[s + 1]`` (in packed order, so ties still break by packed edge index).
+    """
+
+    edge: np.ndarray  # [E] packed edge id
+    start: np.ndarray  # [N + 1]
+    src: np.ndarray
+    dst: np.ndarray
+    owner: np.ndarray  # automaton of the edge
+    cell: np.ndarray  # row * V + tok: the edge's entry in one position's flat [R, V] table
+    key: np.ndarray  # owner * V + tok
+
+    @staticmethod
+    def build(packed: PackedAutomata, vocab: int) -> _SourceIndex:
+        ix = packed.np
+        edge = np.argsort(ix["src"], kind="stable")
+        start = np.zeros(packed.num_states + 1, dtype=np.int64)
+        np.cumsum(np.bincount(ix["src"], minlength=packed.num_states), out=start[1:])
+        row = packed.edge_row.cpu().numpy()[edge]
+        return _SourceIndex(
+            edge=edge,
+            start=start,
+            src=ix["src"][edge],
+            dst=ix["dst"][edge],
+            owner=ix["edge_owner"][edge],
+            cell=row * vocab + ix["tok"][edge],
+            key=ix["edge_owner"][edge] * vocab + ix["tok"][edge],
+        )
+
+    def leaving(self, states: np.ndarray) -> np.ndarray:
+        """Positions (in this order) of the edges leaving ``states``: contiguous runs."""
+        lo = self.start[states]
+        count = self.start[states + 1] - lo
+        total = int(count.sum())
+        if total == 0:
+            return np.zeros(0, dtype=np.int64)
+        shift = np.repeat(lo - (np.cumsum(count) - count), count)
+        return shift + np.arange(total, dtype=np.int64)
+
+
+def _source_index(packed: PackedAutomata, vocab: int) -> _SourceIndex:
+    """``packed``'s source index for a vocabulary of ``vocab`` (cached on the packing, which
+    ``constrain`` keeps across steps and requests)."""
+    cache = packed.__dict__.setdefault("_source_index", {})
+    if vocab not in cache:
+        cache[vocab] = _SourceIndex.build(packed, vocab)
+    return cache[vocab]
+
+
+def search(
+    packed: PackedAutomata, logp: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Viterbi path, its log-weight and its tokens' marginals over the trimmed lattice only.
+
+    ``logp`` is ``[R, L, V]`` on the CPU (automaton j reads the row of its edges). Returns what
+    ``viterbi`` and then ``token_marginals`` of the edge-list form return (tokens ``[K, L]``,
+    score ``[K]``, marginals ``[K, L]``), in three sweeps that touch, at each position, only
+    the edges that matter:
+
+    1. forward, Viterbi (float32, as ``viterbi``: the same tokens and score, ties to the lowest
+       packed edge index) over the edges leaving a state reached with a finite score and
+       carrying a token of finite log-probability: at a fixed position (a one-hot row) one
+       edge per reached state, and a fixed-length pattern reaches few states early on;
+    2. backward, the scaled backward pass over those edges, which drops the edges whose
+       destination cannot reach acceptance in the positions left;
+    3. forward, the scaled forward pass over the edges left, with each position's marginals.
+
+    So alpha and beta are both spread over the states on some valid path (forward- and
+    co-reachable), and their overlap does not underflow as it does in ``token_marginals`` when
+    one pass's mass sits on states the other cannot reach (a 200-letter pattern in 256 positions:
+    marginals of 0 from position 74 on). Edge weights are gathered per position from the
+    ``[R, V]`` table, never as an ``[E, L]`` array; the source index is built once per packing.
+    """
+    k, n = packed.num_automata, packed.num_states
+    rows, length, vocab = logp.shape
+    if packed.src.shape[0] == 0:  # no edges: as ``viterbi``
+        tokens, score = viterbi(packed, torch.zeros((0, length)))
+        return tokens, score.float(), torch.zeros((k, length))
+    ix = packed.np
+    index = _source_index(packed, vocab)
+    lp = logp.detach().cpu().numpy().astype(np.float32, copy=False)
+    lp = np.ascontiguousarray(lp.transpose(1, 0, 2)).reshape(length, rows * vocab)
+    finite = np.isfinite(lp).all(axis=1)  # [L]: positions where no edge has to be dropped
+    owner, initial, big = ix["state_owner"], ix["initial"], index.edge.shape[0]
+    # 1. Viterbi, keeping each position's edges
+    score32 = np.full(n, -np.inf, dtype=np.float32)
+    score32[initial] = 0.0
+    reached = initial.copy()  # states with a finite score, ascending
+    kept: list[np.ndarray] = []  # per position: the edges (in the source order) still in play
+    picks: list[tuple[np.ndarray, np.ndarray]] = []  # reached states, their best packed edge
+    for t in range(length):
+        pos = index.leaving(reached)
+        w = lp[t][index.cell[pos]]
+        if not finite[t]:
+            ok = np.isfinite(w)
+            pos, w = pos[ok], w[ok]
+        d = index.dst[pos]
+        cand = score32[index.src[pos]] + w
+        best = np.full(n, -np.inf, dtype=np.float32)
+        np.maximum.at(best, d, cand)
+        hit = cand == best[d]
+        pick = np.full(n, big, dtype=np.int64)
+        np.minimum.at(pick, d[hit], index.edge[pos[hit]])
+        reached = np.flatnonzero(best > -np.inf)
+        picks.append((reached, pick[reached]))
+        score32 = best
+        kept.append(pos)
+    # the best accepting state of each automaton (lowest id on ties), then the path back
+    final = np.where(ix["accept"], score32, np.float32(-np.inf))
+    score = np.full(k, -np.inf, dtype=np.float32)
+    np.maximum.at(score, owner, final)
+    at_best = (final == score[owner]) & np.isfinite(final)
+    state = np.full(k, n, dtype=np.int64)
+    np.minimum.at(state, owner[at_best], np.flatnonzero(at_best))
+    valid = np.isfinite(score)
+    state = np.where(valid, state, initial)
+    tokens = np.zeros((k, length), dtype=np.int64)
+    for t in range(length - 1, -1, -1):
+        there, best_edge = picks[t]
+        edge = np.zeros(k, dtype=np.int64)  # an automaton without a valid path: edge 0
+        if len(there):
+            where = np.minimum(np.searchsorted(there, state), len(there) - 1)
+            edge = np.where(valid & (there[where] == state), best_edge[where], 0)
+        tokens[:, t] = ix["tok"][edge]
+        state = ix["src"][edge]
+    del picks
+    # 2. scaled backward pass (each automaton's beta sums to 1 at every position, or is 0)
+    prob = np.exp(lp.astype(np.float64))  # [L, R * V]
+    beta = np.zeros((length + 1, n))
+    beta[length] = ix["accept"]
+    for t in range(length - 1, -1, -1):
+        pos = kept[t]
+        suffix = prob[t][index.cell[pos]] * beta[t + 1][index.dst[pos]]
+        live = suffix > 0
+        pos, suffix = pos[live], suffix[live]
+        kept[t] = pos
+        prev = np.bincount(index.src[pos], weights=suffix, minlength=n)
+        scale = np.bincount(owner, weights=prev, minlength=k)
+        beta[t] = prev / np.where(scale > 0, scale, 1.0)[owner]
+    # 3. scaled forward pass over the trimmed edges, and the chosen tokens' share of the mass
+    marginals = np.zeros((k, length))
+    alpha = np.zeros(n)
+    alpha[initial] = 1.0
+    slot_base = np.arange(k) * vocab
+    for t in range(length):
+        pos = kept[t]
+        d = index.dst[pos]
+        step = alpha[index.src[pos]] * prob[t][index.cell[pos]]
+        nxt = np.bincount(d, weights=step, minlength=n)
+        # all paths' mass through position t, per automaton: sum over edges of step * beta
+        total = np.bincount(owner, weights=nxt * beta[t + 1], minlength=k)
+        flag = np.zeros(k * vocab, dtype=bool)
+        flag[slot_base + tokens[:, t]] = True
+        chosen = flag[index.key[pos]]  # the edges carrying their automaton's chosen token
+        mass = step[chosen] * beta[t + 1][d[chosen]]
+        mine = np.bincount(index.owner[pos[chosen]], weights=mass, minlength=k)
+        marginals[:, t] = mine / np.where(total > 0, total, 1.0)
+        scale = np.bincount(owner, weights=nxt, minlength=k)
+        alpha = nxt / np.where(scale > 0, scale, 1.0)[owner]
+    return (
+        torch.from_numpy(tokens),
+        torch.from_numpy(score),
+        torch.from_numpy(marginals).float(),
+    )
