@@ -166,3 +166,104 @@ def test_check_and_result_are_shown_at_phone_width(server, browser) -> None:  # 
     assert box["width"] >= 340  # the board uses the phone's width
     page.screenshot(path=str(OUT / "xiangqi-phone.png"), full_page=True)
     page.close()
+
+
+def _held(page, pattern: str) -> list:  # type: ignore[no-untyped-def]
+    """Requests to ``pattern`` held by the test (answered later with fulfill/abort/continue_)."""
+    held: list = []
+    page.route(pattern, lambda route: held.append(route))
+    return held
+
+
+def _next_held(page, held: list):  # type: ignore[no-untyped-def]
+    for _ in range(600):
+        if held:
+            return held.pop(0)
+        page.wait_for_timeout(50)
+    raise AssertionError("the page sent no request")
+
+
+def test_a_failed_model_move_is_shown_and_the_board_recovers(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """A model move cut off by the network or a server shutting down (503) shows why and leaves
+    no "the model is thinking" behind; flipping while it thinks keeps saying so; a move that
+    fails leaves no targets drawn."""
+    page = browser.new_page(viewport={"width": 1100, "height": 800})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/xiangqi/")
+    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    held = _held(page, "**/model-move")
+    click_square(page, "h2")
+    click_square(page, "e2")
+    page.wait_for_function("document.getElementById('status').textContent.includes('thinking')")
+    page.click("#flip")  # the model is still thinking after a flip
+    assert "the model is thinking" in page.inner_text("#status")
+    _next_held(page, held).abort("failed")  # the server went away
+    page.wait_for_function("!busy")
+    assert "cannot reach the server" in page.inner_text("#error")
+    assert "thinking" not in page.inner_text("#status")
+    assert page.is_enabled("#model-move")  # the user can ask again
+
+    page.click("#model-move")
+    _next_held(page, held).fulfill(
+        status=503, headers={"Retry-After": "1"}, content_type="application/json",
+        body='{"error": {"type": "unavailable", "message": "the server is shutting down; '
+             'the move was not played", "field": null}}')
+    page.wait_for_function("!busy")
+    assert "shutting down" in page.inner_text("#error")
+    assert "thinking" not in page.inner_text("#status")
+    assert "model's turn" in page.inner_text("#status")
+
+    page.unroute("**/model-move")
+    page.click("#model-move")
+    wait_moves(page, 2)
+    assert page.is_hidden("#error")
+
+    page.route("**/moves", lambda route: route.abort("failed"))
+    move = page.evaluate("state.legal_moves[0]")
+    click_square(page, move[:2])
+    assert page.locator("[data-target]").count() > 0
+    click_square(page, move[2:])
+    page.wait_for_function("!busy")
+    assert "cannot reach the server" in page.inner_text("#error")
+    assert page.locator("[data-target]").count() == 0  # no targets of a selection that is gone
+    assert len(page.evaluate("state.moves")) == 2
+    assert not errors, errors
+    page.close()
+
+
+def test_a_game_busy_elsewhere_is_followed_until_it_changes(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """409 game_busy (another tab's request, e.g. the model thinking for it, is changing the
+    game): the page says so, then follows the game and shows the other request's result instead
+    of staying on a stale board with "model's turn"."""
+    import json
+    import urllib.request
+
+    page = browser.new_page(viewport={"width": 1100, "height": 800})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/xiangqi/")
+    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    held = _held(page, "**/model-move")
+    click_square(page, "h2")
+    click_square(page, "e2")
+    game = page.evaluate("state.id")
+    _next_held(page, held).fulfill(
+        status=409, content_type="application/json",
+        body=json.dumps({"error": {"type": "game_busy", "field": "game_id", "message":
+                                   f"game '{game}' is busy: another request on it is still "
+                                   "running; reload the game and try again"}}))
+    page.wait_for_function("!busy")
+    assert "is busy" in page.inner_text("#error")
+    # The other request answers: the model's reply is saved on the server.
+    request = urllib.request.Request(f"{server}/api/xiangqi/games/{game}/model-move",
+                                     data=b"{}", method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        assert len(json.load(reply)["moves"]) == 2
+    page.wait_for_function("state.moves.length === 2", timeout=10_000)
+    assert page.locator(".mark-last").count() == 1
+    assert "your move" in page.inner_text("#status")
+    assert page.is_hidden("#error")
+    assert not errors, errors
+    page.close()

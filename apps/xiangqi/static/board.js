@@ -43,6 +43,8 @@ let state = null; // the last game state from the API
 let selected = null; // the selected square, e.g. "h2"
 let flipped = false;
 let busy = false;
+let thinking = false; // a model move is being asked for: the status says so until it answers
+let following = 0; // bumped to stop an older watch of a game another request is changing
 
 function svgEl(tag, attrs, parent) {
   const node = document.createElementNS(SVG_NS, tag);
@@ -215,7 +217,7 @@ function sideName(side) {
   return side === "red" ? "Red" : "Black";
 }
 
-function renderStatus(thinking) {
+function renderStatus() {
   const status = el("status");
   status.className = "status";
   if (!state) return;
@@ -320,7 +322,13 @@ async function api(method, path, body) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const res = await fetch(API + path, init);
+  let res;
+  try {
+    res = await fetch(API + path, init);
+  } catch (err) { // no answer at all: the server is stopped or the network is down
+    throw new ApiError(0, { error: { message: "cannot reach the server " +
+      `(${err.message || err}); is it running? Try again once it is.` } });
+  }
   let data = null;
   try {
     data = await res.json();
@@ -340,29 +348,65 @@ function showError(message) {
 async function run(task) {
   if (busy) return;
   busy = true;
+  following += 1; // this page changes the game now: stop watching it
   renderButtons();
   showError("");
   try {
     await task();
   } catch (err) {
     showError(err.message);
+    thinking = false;
+    selected = null;
     if (err.status === 409 && state) { // someone else changed the game: show what it is now
       try {
         state = await api("GET", `/${state.id}`);
       } catch (_) { /* keep the old view */ }
-      render();
+      if (err.type === "game_busy") follow(state.id, state.version);
     }
+    // Redraw in every case: no "thinking" status, selection or targets left from the failed try.
+    render();
   } finally {
+    thinking = false;
     busy = false;
     renderButtons();
+    if (state) renderStatus();
   }
+}
+
+// Another request (another tab, the model thinking for it) is changing this game: read it again
+// every second until its version moves on, then show it, so the board does not stay behind.
+async function follow(id, version) {
+  const mine = ++following;
+  for (let i = 0; i < 120; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    if (mine !== following || busy || !state || state.id !== id) return;
+    let next;
+    try {
+      next = await api("GET", `/${id}`);
+    } catch (_) {
+      continue;
+    }
+    if (mine !== following || busy || !state || state.id !== id) return;
+    if (next.version !== version) {
+      state = next;
+      showError("");
+      render();
+      return;
+    }
+  }
+}
+
+async function askModel() {
+  thinking = true;
+  renderStatus();
+  const next = await api("POST", `/${state.id}/model-move`, { version: state.version });
+  thinking = false;
+  await animateTo(next);
 }
 
 async function modelReplyIfDue() {
   if (!state || state.over || !state.model_to_move) return;
-  renderStatus(true);
-  const next = await api("POST", `/${state.id}/model-move`, { version: state.version });
-  await animateTo(next);
+  await askModel();
 }
 
 function remember(id) {
@@ -459,9 +503,7 @@ el("flip").addEventListener("click", () => {
 });
 el("model-move").addEventListener("click", () => run(async () => {
   selected = null;
-  renderStatus(true);
-  const next = await api("POST", `/${state.id}/model-move`, { version: state.version });
-  await animateTo(next);
+  await askModel();
 }));
 
 async function start() {
