@@ -188,3 +188,38 @@ def test_a_broken_rule_is_flagged_at_phone_width(server: str, browser: Any) -> N
     _no_sideways_scroll(page)
     assert not errors, errors
     page.close()
+
+
+def test_rules_not_checked_are_never_reported_kept(server: str, browser: Any) -> None:
+    """Answers outside the preset's options (its options edited) make /api/contracts/check skip
+    every rule: the page says none was checked, not "all 0 rules kept" / "No rule broken"; a
+    check the service refuses says the rules could not be checked."""
+    page, errors = _open(browser, server, 1280, 900)
+    outside = {"required": 10, "given": 9, "timely": "alpha", "deposit": "alpha",
+               "renews": "alpha", "late": 0, "threshold": 3, "terminate": "alpha"}
+
+    def answer(route: Any) -> None:
+        request = json.loads(route.request.post_data)
+        answers = {q["id"]: outside.get(q["id"], True) for q in request["questions"]}
+        body = _decided(answers, request["mode"])
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    page.route("**/decide", answer)
+    _run_and_wait(page)
+    for mode in ("joint", "standalone"):
+        line = page.inner_text(f".mode-card.{mode} .rules-line")
+        assert line == "none of 7 rules checked", line
+    warnings = page.inner_text("#warnings")
+    assert "No rule broken" not in warnings and "Not checked: timely-by-days" in warnings
+
+    page.route("**/api/contracts/check", lambda route: route.fulfill(
+        status=500, content_type="application/json",
+        body='{"error": {"type": "internal_error", "message": "boom", "field": null}}'))
+    _run_and_wait(page)
+    for mode in ("joint", "standalone"):
+        assert page.inner_text(f".mode-card.{mode} .rules-line") == "rules not checked"
+    warnings = page.inner_text("#warnings")
+    assert "No rule broken" not in warnings
+    assert warnings.count("The rules could not be checked: boom") == 2
+    assert not errors, errors
+    page.close()

@@ -297,7 +297,12 @@ async function run(event) {
         headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ preset: preset.id, answers }),
       });
-      if (reply.ok) results[mode].checks = reply.data.checks;
+      if (reply.ok) {
+        results[mode].checks = reply.data.checks;
+      } else {  // say so: an empty list would read as "no rule broken"
+        const error = (reply.data && reply.data.error) || {};
+        results[mode].checkError = error.message || `the service answered HTTP ${reply.status}`;
+      }
     }
     demo.results = { request, preset: preset ? preset.id : null, modes: results,
                      expected: expectedFor(request) };
@@ -348,9 +353,15 @@ function modeCard(mode, result, expected) {
   if (phases) card.appendChild(el("div", "phases", `${phases} ms`));
   const broken = result.checks.filter((c) => c.status === "broken").length;
   const checked = result.checks.filter((c) => c.status !== "skipped").length;
-  if (result.checks.length) {
+  const skipped = result.checks.length - checked;
+  if (result.checkError) {
+    card.appendChild(el("div", "rules-line unchecked", "rules not checked"));
+  } else if (result.checks.length && !checked) {
+    card.appendChild(el("div", "rules-line unchecked", `none of ${skipped} rules checked`));
+  } else if (result.checks.length) {
     const line = el("div", `rules-line ${broken ? "bad" : "good"}`,
       broken ? `⚠ ${broken} of ${checked} rules broken` : `all ${checked} rules kept`);
+    if (skipped) line.textContent += `, ${skipped} not checked`;
     card.appendChild(line);
   }
   const known = result.answers.filter((a) => expected[a.id] !== undefined && expected[a.id] !== null);
@@ -442,6 +453,11 @@ function render(results) {
     for (const mode of MODES) {
       parts.push(el("h3", null, `Rules, ${MODE_TITLES[mode].toLowerCase()}`));
       const checks = modes[mode].checks;
+      if (modes[mode].checkError) {
+        parts.push(el("p", "skipped unchecked",
+          `The rules could not be checked: ${modes[mode].checkError}`));
+        continue;
+      }
       const bad = checks.filter((c) => c.status === "broken");
       for (const c of bad) {
         const item = el("div", "warning", `⚠ ${c.description}`);
@@ -450,7 +466,9 @@ function render(results) {
         item.appendChild(el("span", "detail", c.detail));
         parts.push(item);
       }
-      if (!bad.length) parts.push(el("p", "none", "No rule broken."));
+      if (!bad.length && checks.some((c) => c.status !== "skipped")) {
+        parts.push(el("p", "none", "No rule broken."));
+      }
       const skipped = checks.filter((c) => c.status === "skipped");
       if (skipped.length) {
         parts.push(el("p", "skipped", `Not checked: ${skipped.map((c) => `${c.rule} (${c.detail})`)
