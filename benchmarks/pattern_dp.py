@@ -28,7 +28,13 @@ from pathlib import Path
 import torch
 
 from decision.joint import constrain
-from decision.joint.dp import PackedAutomata, search, token_marginals, viterbi
+from decision.joint.dp import (
+    PackedAutomata,
+    log_space_marginals,
+    search,
+    token_marginals,
+    viterbi,
+)
 from decision.schemas.compile import compile_answer, tokenizer_context
 from decision.schemas.models import Question
 
@@ -40,36 +46,6 @@ def legacy(packed: PackedAutomata, logp: torch.Tensor):
     weights = packed.edge_weights(logp)
     tokens, score = viterbi(packed, weights, dense=False)
     return tokens, score, token_marginals(packed, weights, tokens, dense=False)
-
-
-def logspace_marginals(packed: PackedAutomata, logp: torch.Tensor, tokens: torch.Tensor):
-    """Marginals of ``tokens`` by forward-backward in log space (float64): the reference."""
-    w = packed.edge_weights(logp).double()
-    n, k, length = packed.num_states, packed.num_automata, w.shape[1]
-    ninf = float("-inf")
-
-    def lse(index: torch.Tensor, x: torch.Tensor, size: int) -> torch.Tensor:
-        top = torch.full((size,), ninf, dtype=x.dtype).scatter_reduce(0, index, x, "amax")
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        return torch.log(torch.zeros(size, dtype=x.dtype).index_add(
-            0, index, torch.exp(x - top[index]))) + top
-
-    la = torch.full((length + 1, n), ninf, dtype=torch.float64)
-    la[0, packed.initial] = 0.0
-    for t in range(length):
-        la[t + 1] = lse(packed.dst, la[t][packed.src] + w[:, t], n)
-    lb = torch.full((length + 1, n), ninf, dtype=torch.float64)
-    lb[length] = torch.where(packed.accept, 0.0, ninf)
-    for t in range(length - 1, -1, -1):
-        lb[t] = lse(packed.src, lb[t + 1][packed.dst] + w[:, t], n)
-    out = torch.zeros(k, length, dtype=torch.float64)
-    for t in range(length):
-        edge = la[t][packed.src] + w[:, t] + lb[t + 1][packed.dst]
-        chosen = packed.tok == tokens[packed.edge_owner, t]
-        total = lse(packed.edge_owner, edge, k)
-        mine = lse(packed.edge_owner[chosen], edge[chosen], k)
-        out[:, t] = torch.exp(mine - total).nan_to_num(0.0)
-    return out
 
 
 def question(i: int) -> dict:
@@ -125,7 +101,7 @@ def main() -> None:
                 else:
                     new = out
         same = torch.equal(old[0], new[0]) and torch.equal(old[1], new[1])
-        ref = logspace_marginals(packed, case, new[0])
+        ref = log_space_marginals(packed, case, new[0])
         err_old = (old[2].double() - ref).abs().max().item()
         err_new = (new[2].double() - ref).abs().max().item()
         t_old, t_new = statistics.median(times["old"]), statistics.median(times["new"])

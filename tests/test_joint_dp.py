@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 from decision.joint import dp
 from decision.joint.completions import MAX_CELLS, FillingTable, fillings
 from decision.joint.constrain import ActiveSlots
-from decision.joint.dp import PackedAutomata, log_partition, search, token_marginals, viterbi
+from decision.joint.dp import (
+    PackedAutomata,
+    log_partition,
+    log_space_marginals,
+    search,
+    token_marginals,
+    viterbi,
+)
 from decision.schemas.compile import TokenAutomaton
 
 VOCAB = 3
@@ -97,34 +104,6 @@ def test_trimmed_search_equals_the_edge_list_programmes(problem) -> None:
     assert torch.allclose(got_marg, want, atol=1e-6)
 
 
-def _log_space_marginals(packed: PackedAutomata, logp: torch.Tensor, tokens: torch.Tensor):
-    """Forward-backward in log space (no rescaling to underflow): the reference for long slots."""
-    w, ninf = packed.edge_weights(logp).double(), float("-inf")
-    n, k, length = packed.num_states, packed.num_automata, logp.shape[1]
-
-    def lse(index, x, size):
-        top = torch.full((size,), ninf, dtype=x.dtype).scatter_reduce(0, index, x, "amax")
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        total = torch.zeros(size, dtype=x.dtype).index_add(0, index, torch.exp(x - top[index]))
-        return torch.log(total) + top
-
-    la = torch.full((length + 1, n), ninf, dtype=torch.float64)
-    la[0, packed.initial] = 0.0
-    for t in range(length):
-        la[t + 1] = lse(packed.dst, la[t][packed.src] + w[:, t], n)
-    lb = torch.full((length + 1, n), ninf, dtype=torch.float64)
-    lb[length] = torch.where(packed.accept, 0.0, ninf)
-    for t in range(length - 1, -1, -1):
-        lb[t] = lse(packed.src, lb[t + 1][packed.dst] + w[:, t], n)
-    out = torch.zeros(k, length, dtype=torch.float64)
-    for t in range(length):
-        edge = la[t][packed.src] + w[:, t] + lb[t + 1][packed.dst]
-        chosen = packed.tok == tokens[packed.edge_owner, t]
-        mine = lse(packed.edge_owner[chosen], edge[chosen], k)
-        out[:, t] = torch.exp(mine - lse(packed.edge_owner, edge, k))
-    return out
-
-
 def _letters(n: int) -> TokenAutomaton:
     """Exactly ``n`` letters, tokens 0/1/2 one/two/three letters long, then token 3 ([EOS])
     padding: a fixed-length pattern as compile builds it (state i = i letters, n + 1 = DONE)."""
@@ -160,7 +139,7 @@ def test_search_marginals_do_not_underflow_on_long_slots(fixed_every: int) -> No
     tokens, score = viterbi(packed, weights, dense=False)
     got_tokens, got_score, got_marg = search(packed, logp)
     assert torch.equal(got_tokens, tokens) and torch.equal(got_score, score)
-    want = _log_space_marginals(packed, logp, tokens)
+    want = log_space_marginals(packed, logp, tokens)
     assert torch.allclose(got_marg.double(), want, atol=1e-5)
     if not fixed_every:  # what the untrimmed passes got wrong
         old = token_marginals(packed, weights, tokens, dense=False)

@@ -518,3 +518,34 @@ def search(
         torch.from_numpy(score),
         torch.from_numpy(marginals).float(),
     )
+
+
+def log_space_marginals(
+    packed: PackedAutomata, logp: torch.Tensor, tokens: torch.Tensor
+) -> torch.Tensor:
+    """P(x_t = tokens[k, t] | valid) ``[K, L]`` by forward-backward in log space (float64, no
+    rescaling that could underflow): the slow reference the fast passes are tested against."""
+    w, ninf = packed.edge_weights(logp).double(), NEG_INF
+    n, k, length = packed.num_states, packed.num_automata, logp.shape[1]
+
+    def logsumexp(index: torch.Tensor, x: torch.Tensor, size: int) -> torch.Tensor:
+        top = torch.full((size,), ninf, dtype=x.dtype).scatter_reduce(0, index, x, "amax")
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        total = torch.zeros(size, dtype=x.dtype).index_add(0, index, torch.exp(x - top[index]))
+        return torch.log(total) + top
+
+    la = torch.full((length + 1, n), ninf, dtype=torch.float64)
+    la[0, packed.initial] = 0.0
+    for t in range(length):
+        la[t + 1] = logsumexp(packed.dst, la[t][packed.src] + w[:, t], n)
+    lb = torch.full((length + 1, n), ninf, dtype=torch.float64)
+    lb[length] = torch.where(packed.accept, 0.0, ninf)
+    for t in range(length - 1, -1, -1):
+        lb[t] = logsumexp(packed.src, lb[t + 1][packed.dst] + w[:, t], n)
+    out = torch.zeros(k, length, dtype=torch.float64)
+    for t in range(length):
+        edge = la[t][packed.src] + w[:, t] + lb[t + 1][packed.dst]
+        chosen = packed.tok == tokens[packed.edge_owner, t]
+        mine = logsumexp(packed.edge_owner[chosen], edge[chosen], k)
+        out[:, t] = torch.exp(mine - logsumexp(packed.edge_owner, edge, k))
+    return out.nan_to_num(0.0)  # an automaton with no valid filling: 0, not nan
