@@ -57,6 +57,7 @@ globalThis.document = {
   createElement: (tag) => new FakeElement(tag),
   createElementNS: (_, tag) => new FakeElement(tag),
 };
+globalThis.window = { addEventListener() {} };
 globalThis.location = { search: "", hash: SCENARIO.hash };
 globalThis.history = { replaceState: (_, __, url) => { location.hash = url; } };
 const stored = new Map();

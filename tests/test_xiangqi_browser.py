@@ -267,3 +267,58 @@ def test_a_game_busy_elsewhere_is_followed_until_it_changes(server, browser) -> 
     assert page.is_hidden("#error")
     assert not errors, errors
     page.close()
+
+
+def test_a_server_down_at_first_load_says_so_and_new_game_retries(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """The server cannot be reached when the page opens: the status line says no game is loaded
+    (not "Loading…" for ever) and New game tries again once the server answers."""
+    page = browser.new_page(viewport={"width": 1100, "height": 800})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("**/api/xiangqi/games**", lambda route: route.abort("failed"))
+    page.goto(f"{server}/xiangqi/")
+    page.wait_for_function("!busy && !document.getElementById('error').hidden", timeout=15_000)
+    assert "cannot reach the server" in page.inner_text("#error")
+    status = page.inner_text("#status")
+    assert "Loading" not in status and "No game loaded" in status, status
+    assert page.is_enabled("#new-game")
+
+    page.unroute("**/api/xiangqi/games**")
+    page.click("#new-game")
+    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    assert page.inner_text("#status").startswith("Red to move")
+    assert page.is_hidden("#error")
+    assert page.locator(".piece").count() == 32
+    assert not errors, errors
+    page.close()
+
+
+def test_a_game_id_edited_into_the_url_is_opened(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """Changing #<id> in the address bar opens that game without a reload; an id the server does
+    not know says why and puts the URL back to the game still shown."""
+    page = browser.new_page(viewport={"width": 1100, "height": 800})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/xiangqi/")
+    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    first = page.evaluate("state.id")
+    click_square(page, "h2")
+    click_square(page, "e2")
+    wait_moves(page, 2)
+    page.click("#new-game")
+    page.wait_for_function("(id) => state && state.id !== id && !busy", arg=first)
+    second = page.evaluate("state.id")
+    assert page.evaluate("location.hash") == f"#{second}"
+
+    page.evaluate("(id) => { location.hash = id; }", first)
+    page.wait_for_function("(id) => state && state.id === id && !busy", arg=first,
+                           timeout=15_000)
+    assert len(page.evaluate("state.moves")) == 2
+    assert page.inner_text("#game-id") == first
+
+    page.evaluate("location.hash = 'no-such-game'")
+    page.wait_for_function("!busy && !document.getElementById('error').hidden", timeout=15_000)
+    assert page.evaluate("state.id") == first
+    assert page.evaluate("location.hash") == f"#{first}"
+    assert not errors, errors
+    page.close()

@@ -45,6 +45,7 @@ let flipped = false;
 let busy = false;
 let thinking = false; // a model move is being asked for: the status says so until it answers
 let following = 0; // bumped to stop an older watch of a game another request is changing
+let wanted = null; // a game id put in the URL while a request ran, opened when it ends
 
 function svgEl(tag, attrs, parent) {
   const node = document.createElementNS(SVG_NS, tag);
@@ -220,7 +221,11 @@ function sideName(side) {
 function renderStatus() {
   const status = el("status");
   status.className = "status";
-  if (!state) return;
+  if (!state) { // the first load failed (the reason is under the controls): say so, not "Loading…"
+    status.textContent = "No game loaded · New game or a reload tries again";
+    status.classList.add("failed");
+    return;
+  }
   if (state.over) {
     const winner = state.winner ? `${sideName(state.winner)} wins` : "Draw";
     const reason = (state.reason || "").replaceAll("_", " ");
@@ -369,7 +374,12 @@ async function run(task) {
     thinking = false;
     busy = false;
     renderButtons();
-    if (state) renderStatus();
+    renderStatus();
+    if (wanted) { // a game asked for in the URL while this request ran: open it now
+      const id = wanted;
+      wanted = null;
+      setTimeout(() => openGame(id));
+    }
   }
 }
 
@@ -447,6 +457,24 @@ async function loadGame(id) {
   await modelReplyIfDue();
 }
 
+// A game id edited into the URL (#id): open it, unless it is the game shown. If it cannot be
+// opened, the error says why and the URL goes back to the game still shown.
+function openGame(id) {
+  if (!id || (state && state.id === id)) return;
+  if (busy) {
+    wanted = id;
+    return;
+  }
+  run(async () => {
+    try {
+      await loadGame(id);
+    } catch (err) {
+      if (state) remember(state.id);
+      throw err;
+    }
+  });
+}
+
 async function playMove(from, to) {
   selected = null;
   const next = await api("POST", `/${state.id}/moves`, {
@@ -497,6 +525,7 @@ el("undo").addEventListener("click", () => run(async () => {
   // let it play, as on a new game or a reload, instead of waiting for a click.
   await modelReplyIfDue();
 }));
+window.addEventListener("hashchange", () => openGame(location.hash.slice(1)));
 el("flip").addEventListener("click", () => {
   flipped = !flipped;
   render();
