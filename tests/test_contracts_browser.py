@@ -223,3 +223,35 @@ def test_rules_not_checked_are_never_reported_kept(server: str, browser: Any) ->
     assert warnings.count("The rules could not be checked: boom") == 2
     assert not errors, errors
     page.close()
+
+
+def test_presets_or_examples_that_fail_to_load_are_reported(server: str, browser: Any) -> None:
+    """The presets or examples request failing at page load (a service error, no answer at all)
+    says so in the error banner with the reason, instead of leaving the dropdowns empty."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("**/api/contracts/presets", lambda route: route.fulfill(
+        status=500, content_type="application/json",
+        body='{"error": {"type": "internal_error", "message": "boom", "field": null}}'))
+    page.route("**/api/contracts/examples", lambda route: route.abort("failed"))
+    page.goto(f"{server}/contracts/")
+    page.wait_for_function("window.demo && window.demo.ready", timeout=30_000)
+    assert page.is_visible("#error-general")
+    banner = page.inner_text("#error-general")
+    assert banner.startswith("Could not load the question sets (boom)"), banner
+    assert "the example contracts (cannot reach the service" in banner, banner
+    assert page.locator("#preset option").count() == 1  # only "Custom (no rules)"
+
+    page.unroute("**/api/contracts/presets")
+    page.unroute("**/api/contracts/examples")
+    page.route("**/api/contracts/examples", lambda route: route.fulfill(status=503, body=""))
+    page.reload()
+    page.wait_for_function("window.demo && window.demo.ready", timeout=30_000)
+    banner = page.inner_text("#error-general")
+    assert banner.startswith("Could not load the example contracts (the service answered HTTP "
+                             "503)"), banner
+    assert "question sets" not in banner
+    assert page.locator("#preset option").count() > 1  # the presets loaded this time
+    assert not errors, errors
+    page.close()

@@ -509,6 +509,19 @@ function selectExample(id) {
   selectPreset(example.preset);
 }
 
+// One set-up request: its JSON, or why it failed (the service's message, its HTTP status, or no
+// answer at all), so a failed load is said instead of leaving the dropdowns empty.
+async function load(url) {
+  try {
+    const reply = await getJson(url);
+    if (reply.ok) return { data: reply.data };
+    const error = (reply.data && reply.data.error) || {};
+    return { failure: error.message || `the service answered HTTP ${reply.status}` };
+  } catch (exc) {
+    return { failure: `cannot reach the service (${exc.message || exc})` };
+  }
+}
+
 async function init() {
   $("request").addEventListener("submit", run);
   $("add-question").addEventListener("click", () => addQuestion(null));
@@ -516,10 +529,10 @@ async function init() {
   $("preset").addEventListener("change", () => selectPreset($("preset").value));
 
   const [presets, examples, health] = await Promise.all([
-    getJson("/api/contracts/presets"), getJson("/api/contracts/examples"), getJson("/health"),
+    load("/api/contracts/presets"), load("/api/contracts/examples"), load("/health"),
   ]);
-  demo.presets = presets.ok ? presets.data.presets : [];
-  demo.examples = examples.ok ? examples.data.examples : [];
+  demo.presets = presets.data ? presets.data.presets : [];
+  demo.examples = examples.data ? examples.data.examples : [];
   for (const p of demo.presets) {
     const option = el("option", null, p.title);
     option.value = p.id;
@@ -533,9 +546,15 @@ async function init() {
     option.value = e.id;
     $("example").appendChild(option);
   }
-  if (health.ok) {
+  if (health.data) {
     $("model-line").textContent = health.data.model_loaded
       ? `Model: ${health.data.model}` : "The model is not loaded yet: answers will fail.";
+  }
+  const failed = [];
+  if (presets.failure) failed.push(`the question sets (${presets.failure})`);
+  if (examples.failure) failed.push(`the example contracts (${examples.failure})`);
+  if (failed.length) {
+    showError({ message: `could not load ${failed.join(" or ")}; reload the page to try again.` });
   }
   if (demo.examples.length) {
     selectExample(demo.examples[0].id);
