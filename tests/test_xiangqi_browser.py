@@ -58,6 +58,22 @@ def click_square(page, square: str) -> None:  # type: ignore[no-untyped-def]
     page.mouse.click(x, y)
 
 
+def new_page(browser):  # type: ignore[no-untyped-def]
+    """A desktop-sized page and the list its uncaught JavaScript errors go to."""
+    page = browser.new_page(viewport={"width": 1100, "height": 800})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return page, errors
+
+
+def open_board(browser, server: str):  # type: ignore[no-untyped-def]
+    """``new_page`` with the board opened on a new game, ready for clicks."""
+    page, errors = new_page(browser)
+    page.goto(f"{server}/xiangqi/")
+    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    return page, errors
+
+
 def wait_moves(page, count: int) -> None:  # type: ignore[no-untyped-def]
     page.wait_for_function(
         "(n) => state && state.moves.length === n && !busy", arg=count, timeout=30_000
@@ -66,11 +82,7 @@ def wait_moves(page, count: int) -> None:  # type: ignore[no-untyped-def]
 
 def test_play_by_clicking_against_the_model(server, browser) -> None:  # type: ignore[no-untyped-def]
     OUT.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1100, "height": 800})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server}/xiangqi/")
-    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    page, errors = open_board(browser, server)
     assert page.locator(".piece").count() == 32
     assert page.inner_text("#status").startswith("Red to move")
     # Chinese characters, or FEN letters where the machine has no CJK font at all.
@@ -187,11 +199,7 @@ def test_a_failed_model_move_is_shown_and_the_board_recovers(server, browser) ->
     """A model move cut off by the network or a server shutting down (503) shows why and leaves
     no "the model is thinking" behind; flipping while it thinks keeps saying so; a move that
     fails leaves no targets drawn."""
-    page = browser.new_page(viewport={"width": 1100, "height": 800})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server}/xiangqi/")
-    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    page, errors = open_board(browser, server)
     held = _held(page, "**/model-move")
     click_square(page, "h2")
     click_square(page, "e2")
@@ -239,11 +247,7 @@ def test_a_game_busy_elsewhere_is_followed_until_it_changes(server, browser) -> 
     import json
     import urllib.request
 
-    page = browser.new_page(viewport={"width": 1100, "height": 800})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server}/xiangqi/")
-    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    page, errors = open_board(browser, server)
     held = _held(page, "**/model-move")
     click_square(page, "h2")
     click_square(page, "e2")
@@ -272,9 +276,7 @@ def test_a_game_busy_elsewhere_is_followed_until_it_changes(server, browser) -> 
 def test_a_server_down_at_first_load_says_so_and_new_game_retries(server, browser) -> None:  # type: ignore[no-untyped-def]
     """The server cannot be reached when the page opens: the status line says no game is loaded
     (not "Loading…" for ever) and New game tries again once the server answers."""
-    page = browser.new_page(viewport={"width": 1100, "height": 800})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    page, errors = new_page(browser)
     page.route("**/api/xiangqi/games**", lambda route: route.abort("failed"))
     page.goto(f"{server}/xiangqi/")
     page.wait_for_function("!busy && !document.getElementById('error').hidden", timeout=15_000)
@@ -296,11 +298,7 @@ def test_a_server_down_at_first_load_says_so_and_new_game_retries(server, browse
 def test_a_game_id_edited_into_the_url_is_opened(server, browser) -> None:  # type: ignore[no-untyped-def]
     """Changing #<id> in the address bar opens that game without a reload; an id the server does
     not know says why and puts the URL back to the game still shown."""
-    page = browser.new_page(viewport={"width": 1100, "height": 800})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server}/xiangqi/")
-    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    page, errors = open_board(browser, server)
     first = page.evaluate("state.id")
     click_square(page, "h2")
     click_square(page, "e2")
