@@ -10,11 +10,11 @@ is Xiangqi-specific lives here: the ``xiangqi`` object of the config (data paths
 tokenizer trained on rendered positions, the rows (:mod:`apps.xiangqi.training`) and a validation
 that asks the model exactly as :class:`apps.xiangqi.model_player.ModelPlayer` does.
 
-How a run starts comes from the recipe (:mod:`decision.train.recipe`): ``resume_point`` (a
-fresh run refuses a directory that holds one, ``--resume`` a checkpoint without trainer state)
-and ``start_model`` (the checkpoint, ``--init-from``'s weights or a fresh ``build_model``);
-``export`` (a bf16 copy of the checkpoint's model files that keeps the model card beside them)
-is our own.
+How a run starts comes from the recipe (:mod:`decision.train.recipe`): ``begin_run`` (the
+checks, then ``resume_point``: a fresh run refuses a directory that holds one, ``--resume`` a
+checkpoint without trainer state) and ``start_model`` (the checkpoint, ``--init-from``'s
+weights or a fresh ``build_model``); ``export`` (a bf16 copy of the checkpoint's model files
+that keeps the model card beside them) is our own.
 """
 
 from __future__ import annotations
@@ -52,18 +52,15 @@ from decision.train.config import (
     TrainConfig,
     build_section,
     check_device,
-    check_max_steps,
-    check_minutes,
     config_from_dict,
 )
 from decision.train.loop import (
     CHECKPOINT_DIR,
     LoopHooks,
     recover_checkpoint,
-    resolve_device,
     train_loop,
 )
-from decision.train.recipe import TrainResult, check_export_dest, resume_point, start_model
+from decision.train.recipe import TrainResult, begin_run, check_export_dest, start_model
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 MODEL_FILES = ("config.json", "tokenizer.json")
@@ -169,12 +166,9 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         cfg.run.out_dir = out_dir
     if device:
         cfg.run.device = check_device(device)
-    check_minutes(max_minutes)
-    check_max_steps(max_steps)
-    resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
-    torch.set_num_threads(cfg.run.threads)
+    # the run's checks, before the games load (minutes for all of them)
+    resume_from = begin_run(cfg, resume, max_minutes, max_steps)
     out = Path(cfg.run.out_dir)
-    resume_from = resume_point(out, resume)  # before the games load (minutes for all of them)
     t0 = time.monotonic()
     games = load_games(xq.train_games)
     valid = load_games(xq.valid_games)

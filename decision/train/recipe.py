@@ -144,6 +144,20 @@ def resume_point(out: Path, resume: bool) -> Path | None:
     return None
 
 
+def begin_run(
+    cfg: TrainConfig, resume: bool, max_minutes: float | None, max_steps: int | None,
+) -> Path | None:
+    """The checks of a run before anything loads or is written (the budget, the step to stop
+    at, the device, :func:`resume_point`), with torch's CPU threads set: the checkpoint to
+    resume from, or None for a fresh run in ``cfg.run.out_dir`` (also used by
+    ``python -m apps.xiangqi.train_player``)."""
+    check_minutes(max_minutes)
+    check_max_steps(max_steps)
+    resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
+    torch.set_num_threads(cfg.run.threads)
+    return resume_point(Path(cfg.run.out_dir), resume)
+
+
 def start_model(
     cfg: TrainConfig,
     out: Path,
@@ -190,12 +204,8 @@ def train(
             f"data.task is {cfg.data.task!r}: this recipe trains 'contracts' (the Xiangqi player "
             "trains with python -m apps.xiangqi.train_player)", "data.task",
         )
-    check_minutes(max_minutes)
-    check_max_steps(max_steps)
-    resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
-    torch.set_num_threads(cfg.run.threads)
+    resume_from = begin_run(cfg, resume, max_minutes, max_steps)
     out = Path(cfg.run.out_dir)
-    resume_from = resume_point(out, resume)
 
     def new_tokenizer() -> Tokenizer:
         t0 = time.monotonic()
