@@ -106,7 +106,7 @@ def check_model_matches(model: Any, cfg: TrainConfig, source: str | Path) -> Non
         )
 
 
-# What a run writes into its directory (besides checkpoint.tmp / .old while it saves)
+# What a run writes into its directory (checkpoint.tmp / .old only while it saves)
 RUN_FILES = (CHECKPOINT_DIR, CHECKPOINT_DIR + ".tmp", CHECKPOINT_DIR + ".old", "tokenizer.json",
              "evals.jsonl")
 
