@@ -21,7 +21,7 @@ import threading
 import time
 import typing
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -57,6 +57,7 @@ from decision.errors import DecisionError, DecisionInputError
 from decision.serve.errors import (
     BodyLimitMiddleware,
     body_error_response,
+    error_response,
     install_error_handlers,
 )
 from decision.serve.settings import ServeSettings
@@ -207,12 +208,11 @@ class GameService:
     @contextmanager
     def _changing(self, game_id: str) -> Iterator[None]:
         """The game's lock for one change; held by another request -> 409 ``game_busy``."""
-        with ExitStack() as held:
-            try:
-                held.enter_context(self.store.locked(game_id))
-            except GameBusy as e:
-                raise GameApiError(409, "game_busy", str(e), "game_id") from None
-            yield
+        try:
+            with self.store.locked(game_id):
+                yield
+        except GameBusy as e:  # only entering the lock raises it
+            raise GameApiError(409, "game_busy", str(e), "game_id") from None
 
     def _get(self, game_id: str) -> GameRecord:
         try:
@@ -407,8 +407,7 @@ def _stopped_response(saved: bool) -> JSONResponse:
     else:
         what = "and nothing was changed: the game is as it was"
     message = f"the server stopped before the request was answered, {what}"
-    return JSONResponse(GameApiError(503, "unavailable", message).body(), status_code=503,
-                        headers={"Retry-After": "1"})
+    return error_response(503, "unavailable", message, headers={"Retry-After": "1"})
 
 
 def _body_fields(route: APIRoute) -> tuple[str, ...]:
@@ -428,27 +427,22 @@ def _validation_response(
     those the body takes, named when the body has another or is not a JSON object."""
     errors = e.errors()
     first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
-    takes = f" with the fields {', '.join(fields)}" if fields else ""
-    expected = f"a JSON object (with the fields {', '.join(fields)})" if fields else None
-    answered = body_error_response(first, request, expected or "a JSON object")
+    names = ", ".join(fields)
+    takes = f" with the fields {names}" if fields else ""
+    expected = f"a JSON object (with the fields {names})" if fields else "a JSON object"
+    answered = body_error_response(first, request, expected)
     if answered is not None:
         return answered
     if tuple(first.get("loc", ())) == ("body",):  # JSON, but not an object
-        message = (f"the request body must be a JSON object{takes}, "
-                   f"got {_json_kind(first.get('input'))}")
-        return JSONResponse(
-            {"error": {"type": "validation_error", "message": message, "field": None}},
-            status_code=422,
-        )
+        return error_response(422, "validation_error",
+                              f"the request body must be a JSON object{takes}, "
+                              f"got {_json_kind(first.get('input'))}")
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "path", "query")]
     field = ".".join(loc) or None
     message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
     if first.get("type") == "extra_forbidden":
         message = f"{field}: unknown field; the body is a JSON object{takes}"
-    return JSONResponse(
-        {"error": {"type": "validation_error", "message": message, "field": field}},
-        status_code=422,
-    )
+    return error_response(422, "validation_error", message, field)
 
 
 def _json_kind(value: object) -> str:
