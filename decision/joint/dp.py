@@ -364,7 +364,7 @@ class _SourceIndex:
     dst: np.ndarray
     owner: np.ndarray  # automaton of the edge
     cell: np.ndarray  # row * V + tok: the edge's entry in one position's flat [R, V] table
-    key: np.ndarray  # owner * V + tok
+    tok: np.ndarray
 
     @staticmethod
     def build(packed: PackedAutomata, vocab: int) -> _SourceIndex:
@@ -380,7 +380,7 @@ class _SourceIndex:
             dst=ix["dst"][edge],
             owner=ix["edge_owner"][edge],
             cell=row * vocab + ix["tok"][edge],
-            key=ix["edge_owner"][edge] * vocab + ix["tok"][edge],
+            tok=ix["tok"][edge],
         )
 
     def leaving(self, states: np.ndarray) -> np.ndarray:
@@ -443,6 +443,7 @@ def search(
     score32[initial] = 0.0
     reached = initial.copy()  # states with a finite score, ascending
     kept: list[np.ndarray] = []  # per position: the edges (in the source order) still in play
+    weights: list[np.ndarray] = []  # their log-weights; the backward pass keeps probabilities
     picks: list[tuple[np.ndarray, np.ndarray]] = []  # reached states, their best packed edge
     for t in range(length):
         pos = index.leaving(reached)
@@ -461,6 +462,7 @@ def search(
         picks.append((reached, pick[reached]))
         score32 = best
         kept.append(pos)
+        weights.append(w)
     # the best accepting state of each automaton (lowest id on ties), then the path back
     final = np.where(ix["accept"], score32, np.float32(-np.inf))
     score = np.full(k, -np.inf, dtype=np.float32)
@@ -481,15 +483,14 @@ def search(
         state = ix["src"][edge]
     del picks
     # 2. scaled backward pass (each automaton's beta sums to 1 at every position, or is 0)
-    prob = np.exp(lp.astype(np.float64))  # [L, R * V]
     beta = np.zeros((length + 1, n))
     beta[length] = ix["accept"]
     for t in range(length - 1, -1, -1):
-        pos = kept[t]
-        suffix = prob[t][index.cell[pos]] * beta[t + 1][index.dst[pos]]
+        pos, prob = kept[t], np.exp(weights[t].astype(np.float64))
+        suffix = prob * beta[t + 1][index.dst[pos]]
         live = suffix > 0
         pos, suffix = pos[live], suffix[live]
-        kept[t] = pos
+        kept[t], weights[t] = pos, prob[live]
         prev = np.bincount(index.src[pos], weights=suffix, minlength=n)
         scale = np.bincount(owner, weights=prev, minlength=k)
         beta[t] = prev / np.where(scale > 0, scale, 1.0)[owner]
@@ -497,19 +498,17 @@ def search(
     marginals = np.zeros((k, length))
     alpha = np.zeros(n)
     alpha[initial] = 1.0
-    slot_base = np.arange(k) * vocab
     for t in range(length):
         pos = kept[t]
         d = index.dst[pos]
-        step = alpha[index.src[pos]] * prob[t][index.cell[pos]]
+        step = alpha[index.src[pos]] * weights[t]
         nxt = np.bincount(d, weights=step, minlength=n)
         # all paths' mass through position t, per automaton: sum over edges of step * beta
         total = np.bincount(owner, weights=nxt * beta[t + 1], minlength=k)
-        flag = np.zeros(k * vocab, dtype=bool)
-        flag[slot_base + tokens[:, t]] = True
-        chosen = flag[index.key[pos]]  # the edges carrying their automaton's chosen token
+        edge_owner = index.owner[pos]
+        chosen = index.tok[pos] == tokens[edge_owner, t]  # edges carrying the chosen token
         mass = step[chosen] * beta[t + 1][d[chosen]]
-        mine = np.bincount(index.owner[pos[chosen]], weights=mass, minlength=k)
+        mine = np.bincount(edge_owner[chosen], weights=mass, minlength=k)
         marginals[:, t] = mine / np.where(total > 0, total, 1.0)
         scale = np.bincount(owner, weights=nxt, minlength=k)
         alpha = nxt / np.where(scale > 0, scale, 1.0)[owner]
