@@ -458,21 +458,21 @@ def _run(
     abandoned: Callable[[int], bool] | None = None,
 ) -> list[Decision]:
     start = time.perf_counter()
-
-    def gone() -> torch.Tensor:
-        """Rows of abandoned requests; raises once every request is abandoned."""
-        if abandoned is None:
-            return torch.zeros(len(rows), dtype=torch.bool)
-        flags = [bool(abandoned(i)) for i in range(len(requests))]
-        if all(flags):
-            raise DecodeAbandonedError("every request of the batch was abandoned")
-        return torch.tensor([flags[row.request] for row in rows], dtype=torch.bool)
-
     device = model.device
     rows, cache, prefill_s = _prefilled(model, ctx, requests, config)
     state, block_mask, seg, slots, scored = _block_state(ctx, requests, rows)
     samplers = _samplers(requests, sampler, config)
     row_request = torch.tensor([row.request for row in rows])
+
+    def gone() -> torch.Tensor:
+        """Rows of abandoned requests; raises once every request is abandoned."""
+        if abandoned is None:
+            return torch.zeros(len(rows), dtype=torch.bool)
+        flags = torch.tensor([bool(abandoned(i)) for i in range(len(requests))])
+        if bool(flags.all()):
+            raise DecodeAbandonedError("every request of the batch was abandoned")
+        return flags[row_request]
+
     row_steps = torch.zeros(len(rows), dtype=torch.long)
     max_steps = torch.tensor([requests[row.request].max_steps or 0 for row in rows])
     decoded = state.masked.sum(-1)
