@@ -192,7 +192,7 @@ def parse_gold(text: str, answer: dict[str, Any], where: str | None = "gold") ->
     if kind == "json":
         try:
             return json.loads(text, parse_constant=_refuse_constant)
-        except (json.JSONDecodeError, ValueError):  # ValueError: NaN / Infinity are not JSON
+        except ValueError:  # a JSONDecodeError, or NaN / Infinity (not JSON)
             raise bad from None
     return text
 

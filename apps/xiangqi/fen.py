@@ -78,9 +78,10 @@ def _parse_counter(text: str, name: str, minimum: int) -> int:
         raise InvalidFen(
             f"{name} must be an integer of at most {COUNTER_DIGITS} digits, got {shown!r}"
         )
-    if int(text) < minimum:
+    value = int(text)
+    if value < minimum:
         raise InvalidFen(f"{name} must be an integer >= {minimum}, got {shown!r}")
-    return int(text)
+    return value
 
 
 def _parse_placement(placement: str) -> list[int]:
