@@ -165,10 +165,11 @@ def recover(
     header = next(reader, None)
     if header is None or tuple(header) != OUTPUT_COLUMNS:
         raise foreign
+    # the whole rows, read once for the checks below (a partial row is cut off further down)
+    rows = [r for r in csv.reader(iter(lines[1:])) if len(r) == len(OUTPUT_COLUMNS)]
     if modes is not None:
         mode_at = OUTPUT_COLUMNS.index("mode")
-        other = {r[mode_at] for r in csv.reader(iter(lines[1:])) if len(r) == len(OUTPUT_COLUMNS)}
-        other -= set(modes)
+        other = {r[mode_at] for r in rows} - set(modes)
         if other:
             raise DecisionInputError(
                 f"{path}: holds {', '.join(sorted(other))} predictions, and this run scores "
@@ -177,9 +178,7 @@ def recover(
                 "out",
             )
     group_at, question_at = OUTPUT_COLUMNS.index("group_id"), OUTPUT_COLUMNS.index("question_id")
-    for r in csv.reader(iter(lines[1:])):
-        if len(r) != len(OUTPUT_COLUMNS):
-            continue  # a partial row: cut off below
+    for r in rows:
         group_id, question_id = r[group_at], r[question_at]
         if group_id not in expected_rows:
             unknown = f"group {group_id!r}"
