@@ -13,6 +13,7 @@ import multiprocessing
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from outlines_core import Index, Vocabulary
@@ -33,7 +34,7 @@ from decision.tokenizer import SpecialIds, build_vocabulary, special_ids, token_
 MAX_STATES = 50_000
 MAX_EDGES = 2_000_000
 COMPILE_TIMEOUT_S = 10.0
-SENTINEL = b"\x01"  # read before a regex that matches the empty string (_index_transitions)
+SENTINEL = b"\x01"  # read before every regex, when the vocabulary has it (_index_transitions)
 _CACHE_SIZE = 512
 
 
@@ -355,16 +356,18 @@ def compile_answer(
     except SchemaError as exc:
         field = exc.field or ""
         if field == field_name or field.startswith(field_name + "."):  # i.e. every error
-            with _lock:
-                _refused[key] = (exc.message, field[len(field_name):])
-                while len(_refused) > _CACHE_SIZE:
-                    _refused.popitem(last=False)
+            _remember(_refused, key, (exc.message, field[len(field_name):]))
         raise
-    with _lock:
-        _automata[key] = automaton
-        while len(_automata) > _CACHE_SIZE:
-            _automata.popitem(last=False)
+    _remember(_automata, key, automaton)
     return automaton
+
+
+def _remember(cache: OrderedDict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
+    """Put ``value`` in the LRU ``cache``, dropping the oldest entries past ``_CACHE_SIZE``."""
+    with _lock:
+        cache[key] = value
+        while len(cache) > _CACHE_SIZE:
+            cache.popitem(last=False)
 
 
 def _compile_answer(answer: _Answer, ctx: TokenizerContext, field_name: str) -> TokenAutomaton:
