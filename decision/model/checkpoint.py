@@ -288,11 +288,6 @@ def read_config(directory: Path) -> DecisionConfig:
         return DecisionConfig.from_dict(raw, source=str(file))
     except TypeError as exc:  # a field of the wrong type
         raise CheckpointError(f"{file}: invalid field ({exc})") from None
-    except CheckpointError as exc:  # DecisionConfig.validate names only "config.json"
-        message = str(exc)
-        if not message.startswith(str(file)):
-            message = f"{file}: {message.removeprefix('config.json: ')}"
-        raise CheckpointError(message) from None
 
 
 def _resolve_dtype(

@@ -182,7 +182,11 @@ class DecisionConfig:
                 f"{source}: unknown architecture {unknown_archs[0]!r}; supported: "
                 f"{sorted(KNOWN_ARCHITECTURES)}"
             )
-        return cls(**_text_fields(raw, model_type, source))
+        fields = _text_fields(raw, model_type, source)
+        try:
+            return cls(**fields)
+        except CheckpointError as exc:  # validate() knows no file: it says "config.json: ..."
+            raise CheckpointError(f"{source}: {str(exc).removeprefix('config.json: ')}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """A config.json dict readable by this loader and, for the Qwen fields, by transformers."""
