@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# where `make serve` listens: `make serve PORT=8080` (or HOST=0.0.0.0) changes it
+HOST ?= 127.0.0.1
+PORT ?= 8000
 
 .PHONY: venv test serve lint clean
 
@@ -27,7 +30,7 @@ test: $(STAMP)
 	$(PY) -m pytest -m "not slow" tests
 
 serve: $(STAMP)
-	$(VENV)/bin/decision serve
+	$(VENV)/bin/decision serve --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check decision apps tests benchmarks
