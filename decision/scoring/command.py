@@ -18,7 +18,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("input", metavar="INPUT.csv", help="group_id,document,question_id,question,"
                    "answer_type,options,gold")
     p.add_argument("--out", required=True, metavar="OUT.csv", help="predictions file")
-    p.add_argument("--mode", choices=["joint", "standalone", "both"], default="joint")
+    p.add_argument("--mode", choices=["joint", "standalone", "both"], default="joint",
+                   help="joint: a group's questions in one pass; standalone: one question a "
+                   "pass; both: a row of each for every question (default: %(default)s)")
     existing = p.add_mutually_exclusive_group()
     existing.add_argument("--resume", action="store_true",
                           help="continue an interrupted run: keep the groups complete in OUT.csv")
