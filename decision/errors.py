@@ -24,6 +24,12 @@ class SchemaError(DecisionInputError):
     """An answer schema that is invalid, unsupported, or compiles to too large an automaton."""
 
 
+class CompileBusyError(SchemaError):
+    """A schema whose automaton did not finish compiling because the machine was too busy (the
+    wall-time safety net, not the CPU limit, stopped it): not remembered, a retry may succeed.
+    The service answers it 503 with ``Retry-After``."""
+
+
 class DecodeAbandonedError(DecisionError):
     """``decide_many`` stopped early: its ``abandoned`` callback said that every request of the
     batch was given up (the service's callers timed out), so nobody waits for the answers."""

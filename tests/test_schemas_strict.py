@@ -125,19 +125,20 @@ def test_a_refused_regex_is_refused_again_at_once(ctx, monkeypatch) -> None:
     from decision.schemas import PatternAnswer, compile_answer
     from decision.schemas import compile as compile_module
 
-    monkeypatch.setattr(compile_module, "COMPILE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(compile_module, "COMPILE_CPU_LIMIT_S", 1)
     calls = []
     real = compile_module.compile_regex
 
     def counted(*args, **kwargs):
         calls.append(args[0])
-        return real(*args, **kwargs, timeout=compile_module.COMPILE_TIMEOUT_S)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(compile_module, "compile_regex", counted)
     answer = PatternAnswer(regex="[a-z]*a[a-z]{21}", max_tokens=24)  # 2^21 anchored states
     with pytest.raises(SchemaError) as first:
         compile_answer(answer, ctx, "questions.0.answer")
     assert first.value.field == "questions.0.answer.regex"
+    assert "within 1 s of CPU time" in first.value.message
     start = time.monotonic()
     with pytest.raises(SchemaError) as again:  # the same schema as another question's
         compile_answer(PatternAnswer(regex="[a-z]*a[a-z]{21}", max_tokens=24), ctx,
@@ -145,3 +146,30 @@ def test_a_refused_regex_is_refused_again_at_once(ctx, monkeypatch) -> None:
     assert time.monotonic() - start < 0.5 and len(calls) == 1
     assert again.value.message == first.value.message
     assert again.value.field == "questions.3.answer.regex"
+
+
+def test_a_compile_starved_of_wall_time_is_not_remembered(ctx, monkeypatch) -> None:
+    """The wall-time safety net says the machine was busy, not that the regex is too large: the
+    same schema compiles when sent again."""
+    from decision.errors import SchemaError
+    from decision.schemas import PatternAnswer, compile_answer
+    from decision.schemas import compile as compile_module
+
+    answer = PatternAnswer(regex="[0-9]{3}-x[a-c]{2}", max_tokens=12)  # never sent elsewhere
+    monkeypatch.setattr(compile_module, "COMPILE_WALL_LIMIT_S", 0.0)
+    with pytest.raises(compile_module.CompileBusyError) as busy:
+        compile_answer(answer, ctx, "questions.1.answer")
+    assert isinstance(busy.value, SchemaError)
+    assert busy.value.field == "questions.1.answer.regex" and "wall time" in busy.value.message
+    monkeypatch.setattr(compile_module, "COMPILE_WALL_LIMIT_S", 60.0)
+    automaton = compile_answer(answer, ctx, "questions.1.answer")
+    assert automaton.num_states > 1
+
+
+def test_the_cpu_limit_stops_the_child_not_the_caller(ctx) -> None:
+    """The kernel's RLIMIT_CPU stops the compiling child: SIGXCPU is reported as the CPU limit."""
+    from decision.errors import SchemaError
+    from decision.schemas.compile import compile_regex
+
+    with pytest.raises(SchemaError, match="within 1 s of CPU time"):
+        compile_regex("[a-z]*a[a-z]{22}", ctx, budget=8, cpu_limit=1)

@@ -9,7 +9,10 @@ is the answer followed by ``[EOS]`` padding and nothing may follow the padding.
 from __future__ import annotations
 
 import hashlib
+import math
 import multiprocessing
+import resource
+import signal
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -19,7 +22,7 @@ import torch
 from outlines_core import Index, Vocabulary
 from tokenizers import Tokenizer
 
-from decision.errors import SchemaError
+from decision.errors import CompileBusyError, SchemaError
 from decision.schemas.json_subset import json_regex
 from decision.schemas.models import (
     MAX_SLOT_TOKENS,
@@ -33,7 +36,13 @@ from decision.tokenizer import SpecialIds, build_vocabulary, special_ids, token_
 
 MAX_STATES = 50_000
 MAX_EDGES = 2_000_000
-COMPILE_TIMEOUT_S = 10.0
+# A guarded compile is refused once its child has used this much CPU time (RLIMIT_CPU, whole
+# seconds): CPU time, unlike wall time, does not grow with the machine's load, so the refusal is a
+# property of the regex and is remembered (compile_answer).
+COMPILE_CPU_LIMIT_S = 10
+# Wall-time safety net for a child starved of CPU on a busy machine: a refusal at this limit says
+# nothing about the regex, so it is not remembered and a retry compiles again.
+COMPILE_WALL_LIMIT_S = 60.0
 SENTINEL = b"\x01"  # read before every regex, when the vocabulary has it (_index_transitions)
 _CACHE_SIZE = 512
 
@@ -146,10 +155,22 @@ def _index_transitions(
     return start, transitions, set(index.get_final_states())
 
 
+def _limit_cpu(seconds: int) -> None:
+    """Make the kernel stop this process after ``seconds`` of CPU time (SIGXCPU, no core file)."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:  # a hard limit can only be lowered
+        seconds = min(seconds, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, hard))
+    else:  # the hard limit one second on SIGKILLs a child that outlived SIGXCPU
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+
+
 def _child(
-    conn, regex: str, vocabulary: Vocabulary, sentinel: int | None
+    conn, regex: str, vocabulary: Vocabulary, sentinel: int | None, cpu_limit: int
 ) -> None:  # pragma: no cover - subprocess
     try:
+        _limit_cpu(cpu_limit)
         conn.send(("ok", _index_transitions(regex, vocabulary, sentinel)))
     except BaseException as exc:  # report every failure to the parent
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -169,23 +190,37 @@ def _index_error(message: str, field_name: str) -> SchemaError:
 
 
 def _guarded_transitions(
-    regex: str, vocabulary: Vocabulary, field_name: str, timeout: float,
-    sentinel: int | None = None,
+    regex: str, vocabulary: Vocabulary, field_name: str, cpu_limit: int,
+    sentinel: int | None = None, wall_limit: float | None = None,
 ):
-    """Build the outlines-core index in a forked child that is killed after ``timeout`` s."""
+    """Build the outlines-core index in a forked child stopped after ``cpu_limit`` s of CPU time
+    (or ``wall_limit`` s of wall time, default ``COMPILE_WALL_LIMIT_S``, if starved)."""
+    cpu_limit = max(1, math.ceil(cpu_limit))
+    wall_limit = COMPILE_WALL_LIMIT_S if wall_limit is None else wall_limit
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, regex, vocabulary, sentinel), daemon=True)
+    proc = ctx.Process(target=_child, args=(child, regex, vocabulary, sentinel, cpu_limit),
+                       daemon=True)
     proc.start()
     child.close()
     try:
-        if not parent.poll(timeout):
-            raise SchemaError(
-                f"regex automaton did not compile within {timeout:.0f} s (too large)", field_name
+        if not parent.poll(wall_limit):
+            raise CompileBusyError(
+                f"regex automaton did not compile within {wall_limit:.0f} s of wall time (the "
+                "machine is busy); not remembered, a retry compiles it again", field_name
             )
         status, payload = parent.recv()
-    except EOFError as exc:
-        raise SchemaError("regex compilation crashed (automaton too large)", field_name) from exc
+    except EOFError:
+        proc.join()
+        if proc.exitcode == -signal.SIGXCPU:
+            raise SchemaError(
+                f"regex automaton did not compile within {cpu_limit} s of CPU time (too large)",
+                field_name,
+            ) from None
+        raise SchemaError(
+            f"regex compilation crashed (exit code {proc.exitcode}; automaton too large?)",
+            field_name,
+        ) from None
     finally:
         if proc.is_alive():
             proc.kill()
@@ -256,13 +291,15 @@ def compile_regex(
     budget: int,
     field_name: str = "answer",
     guarded: bool = True,
-    timeout: float = COMPILE_TIMEOUT_S,
+    cpu_limit: int | None = None,
 ) -> TokenAutomaton:
-    """Token automaton of ``regex`` (``guarded``: in a child process with a time limit)."""
+    """Token automaton of ``regex`` (``guarded``: in a child process with a CPU-time limit,
+    default ``COMPILE_CPU_LIMIT_S``)."""
     sentinel = ctx.by_bytes.get(SENTINEL, [None])[0]
     if guarded:
+        limit = COMPILE_CPU_LIMIT_S if cpu_limit is None else cpu_limit
         initial, transitions, finals = _guarded_transitions(
-            regex, ctx.vocabulary, field_name, timeout, sentinel
+            regex, ctx.vocabulary, field_name, limit, sentinel
         )
     else:
         try:
@@ -340,7 +377,8 @@ def compile_answer(
     answer: _Answer, ctx: TokenizerContext, field_name: str = "answer"
 ) -> TokenAutomaton:
     """The cached token automaton of an answer schema over ``ctx``'s vocabulary; a schema
-    refused once is refused again from the cache (the error's field under ``field_name``)."""
+    refused once is refused again from the cache (the error's field under ``field_name``),
+    except a compile the busy machine starved (``CompileBusyError``), which is tried again."""
     key = (ctx.fingerprint, Question.model_construct(answer=answer).schema_key())
     with _lock:
         hit = _automata.get(key)
@@ -355,7 +393,8 @@ def compile_answer(
         automaton = _compile_answer(answer, ctx, field_name)
     except SchemaError as exc:
         field = exc.field or ""
-        if field == field_name or field.startswith(field_name + "."):  # i.e. every error
+        remembered = not isinstance(exc, CompileBusyError)
+        if remembered and (field == field_name or field.startswith(field_name + ".")):
             _remember(_refused, key, (exc.message, field[len(field_name):]))
         raise
     _remember(_automata, key, automaton)
@@ -395,7 +434,7 @@ def _compile_answer(answer: _Answer, ctx: TokenizerContext, field_name: str) -> 
             )
         except SchemaError as exc:
             if user_regex and exc.field == field_name:  # the client's regex is at fault
-                raise SchemaError(exc.message, f"{field_name}.regex") from None
+                raise type(exc)(exc.message, f"{field_name}.regex") from None
             raise
     shortest = shortest_answer(automaton)
     if shortest >= 1 << 30:  # no accepting state reachable

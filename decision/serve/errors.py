@@ -2,8 +2,8 @@
 
 Status codes: 400 malformed JSON or no body, 404/405 unknown route or method, 413 body over the
 limit, 415 a body not sent as JSON (content-type), 422 invalid request (the field is named),
-429 queue full, 503 model not loaded or shutting down, 504 request outlived its timeout, 500 only
-for a fault of the service itself.
+429 queue full, 503 model not loaded, shutting down, or too busy to compile a schema, 504 request
+outlived its timeout, 500 only for a fault of the service itself.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from decision.errors import DecisionInputError
+from decision.errors import CompileBusyError, DecisionInputError
 
 log = logging.getLogger("decision.serve")
 
@@ -129,6 +129,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DecisionInputError)
     async def _on_input(_: Request, exc: DecisionInputError) -> JSONResponse:
         return error_response(422, "validation_error", exc.message, exc.field)
+
+    @app.exception_handler(CompileBusyError)
+    async def _on_busy(_: Request, exc: CompileBusyError) -> JSONResponse:
+        return error_response(503, "unavailable", exc.message, exc.field, {"Retry-After": "1"})
 
     @app.exception_handler(ServiceError)
     async def _on_service(_: Request, exc: ServiceError) -> JSONResponse:
