@@ -687,13 +687,35 @@ def test_a_model_move_cut_off_by_a_forced_quit_is_a_json_503_and_plays_nothing(
     assert GameStore(db).get(game["id"]).moves == ()  # as the answer said
 
 
-def test_a_request_given_up_during_its_save_is_told_the_change_was_saved() -> None:
+def test_a_request_given_up_is_told_what_became_of_its_save() -> None:
     from apps.xiangqi.api import _Answer, _GivenUp
 
     answer = _Answer()
     answer.begin_save()
-    assert answer.give_up() is True  # the save goes on: "its change was saved"
+    assert answer.give_up() == "saving"  # the save goes on; its end is not known yet
+    done = _Answer()
+    done.begin_save()
+    done.end_save(True)
+    assert done.give_up() == "saved"
+    failed = _Answer()
+    failed.begin_save()
+    failed.end_save(False)  # a stale version, say: nothing was written
+    assert failed.give_up() == "unchanged"
     late = _Answer()
-    assert late.give_up() is False  # "nothing was changed"
+    assert late.give_up() == "unchanged"
     with pytest.raises(_GivenUp):
         late.begin_save()
+
+
+def test_a_failed_save_is_recorded_as_unchanged() -> None:
+    """A store write that raises leaves its request's change "unchanged"."""
+    from apps.xiangqi import api
+
+    answer = api._Answer()
+    token = api._answer.set(answer)
+    try:
+        with pytest.raises(RuntimeError):
+            api._write(lambda: (_ for _ in ()).throw(RuntimeError("disk full")))
+    finally:
+        api._answer.reset(token)
+    assert answer.give_up() == "unchanged"

@@ -95,26 +95,30 @@ class _GivenUp(Exception):
 
 class _Answer:
     """Whether a request is still to be answered. Its change is saved only while it is: a
-    request the server gives up on (cancels, when it stops) before the save changes nothing, and
-    one given up during the save is told that its change was saved."""
+    request the server gives up on (cancels, when it stops) before the save changes nothing; one
+    given up during or after the save is told what became of the save, as far as it is known."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._given_up = False
-        self._saving = False
+        self._save = "unchanged"  # -> "saving" -> "saved" or back to "unchanged" (it failed)
 
     def begin_save(self) -> None:
         with self._lock:
             if self._given_up:
                 raise _GivenUp
-            self._saving = True
+            self._save = "saving"
 
-    def give_up(self) -> bool:
-        """The request will not be answered with its result; True when its change is saved or
-        being saved (and will be), False when it will never be."""
+    def end_save(self, ok: bool) -> None:
+        with self._lock:
+            self._save = "saved" if ok else "unchanged"
+
+    def give_up(self) -> str:
+        """The request will not be answered with its result; returns its change's fate:
+        "unchanged" (never saved, or the save failed), "saving" (not known yet) or "saved"."""
         with self._lock:
             self._given_up = True
-            return self._saving
+            return self._save
 
 
 # The HTTP request being answered (set by the routes, seen in their threads); None in code.
@@ -125,6 +129,25 @@ def _begin_save() -> None:
     answer = _answer.get()
     if answer is not None:
         answer.begin_save()
+
+
+def _end_save(ok: bool) -> None:
+    answer = _answer.get()
+    if answer is not None:
+        answer.end_save(ok)
+
+
+def _write(write: Callable[[], GameRecord]) -> GameRecord:
+    """Run one store write for the request being answered: refused once the request is given
+    up, its outcome recorded for a give-up that comes while it runs."""
+    _begin_save()
+    ok = False
+    try:
+        record = write()
+        ok = True
+        return record
+    finally:
+        _end_save(ok)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,9 +244,8 @@ class GameService:
             raise GameApiError(404, "not_found", str(e), "game_id") from None
 
     def _save(self, record: GameRecord) -> GameRecord:
-        _begin_save()
         try:
-            return self.store.save(record)
+            return _write(lambda: self.store.save(record))
         except StaleGameError as e:
             raise GameApiError(409, "conflict", str(e), "version") from None
         except GameNotFound as e:
@@ -269,8 +291,7 @@ class GameService:
                 why = (f"{COLOR_NAMES[board.turn]} to move has no legal move; a new game needs "
                        "a position with a move to play")
             raise GameApiError(422, "invalid_fen", f"{over}: {why}", "fen")
-        _begin_save()
-        return game_state(self.store.create(board.fen(), model_side))
+        return game_state(_write(lambda: self.store.create(board.fen(), model_side)))
 
     def state(self, game_id: str) -> dict[str, Any]:
         return game_state(self._get(game_id))
@@ -384,7 +405,7 @@ class _JsonErrorRoute(APIRoute):
                 # Only a server that stops cancels a request: a forced quit (a second Ctrl-C),
                 # or decision serve's graceful-shutdown time run out. Its route thread runs on
                 # (a model move thinks on) but saves nothing now, unless it already began to.
-                return _stopped_response(saved=answer.give_up())
+                return _stopped_response(answer.give_up())
             except GameApiError as e:
                 return JSONResponse(e.body(), status_code=e.status)
             except RequestValidationError as e:
@@ -399,13 +420,14 @@ class _JsonErrorRoute(APIRoute):
         return route
 
 
-def _stopped_response(saved: bool) -> JSONResponse:
+def _stopped_response(change: str) -> JSONResponse:
     """A JSON 503 for a request cancelled by its server stopping (uvicorn's own answer is a
-    plain-text 500 and a traceback), saying whether the change was made."""
-    if saved:
-        what = "but its change was saved: reload the game"
-    else:
-        what = "and nothing was changed: the game is as it was"
+    plain-text 500 and a traceback), saying whether the change was made (``_Answer.give_up``)."""
+    what = {
+        "saved": "but its change was saved: reload the game",
+        "saving": "while its change was being saved: reload the game to see whether it was",
+        "unchanged": "and nothing was changed: the game is as it was",
+    }[change]
     message = f"the server stopped before the request was answered, {what}"
     return error_response(503, "unavailable", message, headers={"Retry-After": "1"})
 
