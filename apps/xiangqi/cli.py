@@ -90,7 +90,12 @@ def run_play(
     player_factory: Callable[[], object] | None = None,
 ) -> int:
     """A game in the terminal: you type ICCS moves, the model answers for its side."""
-    from apps.xiangqi.model_player import check_player_setting, choose_move, player_from_setting
+    from apps.xiangqi.model_player import (
+        check_player_setting,
+        choose_move,
+        player_from_setting,
+        setting_loads_model,
+    )
 
     if player_factory is None:
         check_player_setting(args.model)  # before the game, not at the model's first move
@@ -102,7 +107,8 @@ def run_play(
     def model() -> object:
         nonlocal player
         if player is None:
-            print("loading the model...", file=out)
+            if player_factory is None and setting_loads_model(args.model):
+                print("loading the model...", file=out)
             player = (player_factory or (lambda: player_from_setting(args.model, args.device)))()
         return player
 

@@ -359,6 +359,11 @@ def player_from_setting(
     return _player(load_model(str(path), device=device), path.name or str(path), depth)
 
 
+def setting_loads_model(setting: str | None = None) -> bool:
+    """Whether the player a setting names needs a model (``random`` and ``greedy`` do not)."""
+    return _setting_value(setting) not in _BASELINES
+
+
 def check_player_setting(setting: str | None = None, search: str | int | None = None) -> None:
     """Refuse, before a server starts, settings that :func:`player_from_setting` would only fail
     on at the first model move: a search depth outside 0-3, or a checkpoint path that is not a
