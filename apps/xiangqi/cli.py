@@ -175,7 +175,10 @@ def run_serve(args: argparse.Namespace) -> int:
     check_player_setting(args.model)  # a bad setting: exit 2 now, not a 503 at the first move
     app = create_app(args.db, lambda: player_from_setting(args.model))
     print(f"Xiangqi board at http://{args.host}:{args.port}/xiangqi/", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port)
+    # The app has no start-up or shutdown work (create_app sets up its store): with the lifespan
+    # protocol off, a forced quit (a second Ctrl-C) does not log the lifespan task's cancellation
+    # as an error traceback.
+    uvicorn.run(app, host=args.host, port=args.port, lifespan="off")
     return 0
 
 
