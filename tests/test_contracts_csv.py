@@ -201,8 +201,9 @@ def test_a_document_file_that_is_not_utf8_names_its_row(tmp_path: Path) -> None:
     assert info.value.field == "row 2.document"
 
 
-def test_generate_cli_with_an_unwritable_out_says_so_in_one_line(
+def test_generate_cli_with_an_unwritable_out_ends_with_one_error_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The split line first (printed before the write), then one error line, no traceback."""
     from apps.contracts import generate
 
     for out in (tmp_path / "no-dir" / "x.csv", tmp_path):  # a missing folder; a directory
@@ -210,6 +211,7 @@ def test_generate_cli_with_an_unwritable_out_says_so_in_one_line(
                               "--out", str(out)]) == 2
         err = capsys.readouterr().err.splitlines()
         assert err[-1].startswith(f"error: cannot write {out}: "), err
+        assert err[0].startswith("seeds 20000000..") and len(err) == 2, err
 
 
 def test_a_byte_that_is_not_utf8_names_its_row(tmp_path: Path) -> None:
