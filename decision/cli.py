@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from decision.errors import CheckpointError, DecisionError, DecisionInputError
 
@@ -38,26 +38,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; bad input and unreadable checkpoints exit 2 with a one-line message,
-    other errors the library raises on purpose (a diverged training run) exit 1."""
+    """Run one subcommand, its errors as one line that names it (:func:`exit_status`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    return exit_status(lambda: args.func(args), f"decision {args.command}: ", detail=True)
+
+
+def exit_status(command: Callable[[], int], prefix: str = "", *, detail: bool = False) -> int:
+    """``command()``'s exit status, an error the library raises on purpose as one line on
+    stderr: 2 for bad input (a config, an argument) or a checkpoint that cannot be loaded, 1 for
+    another (a training run that diverged, TrainingError), 130 for Ctrl-C (outside the training
+    loop, which stops with a checkpoint). Each line starts with ``prefix``; ``detail`` adds the
+    input's field (``error (field): ...``) and says ``cannot load the model`` of a checkpoint,
+    as ``decision COMMAND`` does, where ``python -m decision.train`` and ``python -m
+    apps.xiangqi.train_player`` say ``error: ...`` of both."""
     try:
-        status: int = args.func(args)
+        return command()
     except DecisionInputError as exc:
-        where = f" ({exc.field})" if exc.field else ""
-        print(f"decision {args.command}: error{where}: {exc.message}", file=sys.stderr)
+        where = f" ({exc.field})" if detail and exc.field else ""
+        print(f"{prefix}error{where}: {exc.message}", file=sys.stderr)
         return 2
     except CheckpointError as exc:
-        print(f"decision {args.command}: cannot load the model: {exc}", file=sys.stderr)
+        said = "cannot load the model" if detail else "error"
+        print(f"{prefix}{said}: {exc}", file=sys.stderr)
         return 2
     except DecisionError as exc:  # e.g. a training run that diverged (TrainingError)
-        print(f"decision {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{prefix}error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"decision {args.command}: interrupted", file=sys.stderr)
+        print(f"{prefix}interrupted", file=sys.stderr)
         return 130
-    return status
 
 
 if __name__ == "__main__":

@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from decision.errors import CheckpointError, DecisionError, DecisionInputError
+# exit_status: python -m apps.xiangqi.train_player takes it from here too
+from decision.cli import exit_status
 
 if TYPE_CHECKING:
     from decision.train.recipe import TrainResult
@@ -83,21 +83,3 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     return exit_status(lambda: run(args))
-
-
-def exit_status(command: Callable[[], int]) -> int:
-    """``command()``'s exit status, its errors as one ``error:`` line: 2 for a config, argument
-    or checkpoint the run refused, 1 for another error of the library (a diverged run), 130 for
-    Ctrl-C outside the training loop (which stops with a checkpoint); also the exit status of
-    ``python -m apps.xiangqi.train_player``."""
-    try:
-        return command()
-    except (CheckpointError, DecisionInputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except DecisionError as exc:  # a run that diverged (TrainingError)
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:  # outside the training loop, which stops with a checkpoint
-        print("interrupted", file=sys.stderr)
-        return 130
