@@ -654,6 +654,34 @@ def test_resume_says_when_the_data_order_changes(
     assert "optim.batch_size, run.seed changed: the rows of the steps from here on" in said
 
 
+def test_resume_notes_take_the_changed_keys_whole(tmp_path: Path) -> None:
+    """The resume read each changed key back from its log text (the first word of "key saved
+    -> now"): a saved key with a space in it, "run.seed note", was taken for run.seed (the rows
+    change), and a train_config.json that is not an object crashed the resume."""
+    from decision.train.loop import resume_notes
+
+    cfg = tiny_config(tmp_path)
+    saved = json.loads(json.dumps(cfg.to_dict()))
+    saved["run"]["seed note"] = "kept"  # extra keys: one with a space, one a prefix of run.seed
+    saved["run"]["see"] = 1
+    saved["data"]["p_joint_x"] = 0.5
+    path = tmp_path / "train_config.json"
+    path.write_text(json.dumps(saved))
+    changes, data = resume_notes(path, cfg)
+    assert "run.seed note 'kept' -> '(unset)'" in changes and "run.see 1 -> '(unset)'" in changes
+    assert data.startswith("data.p_joint_x changed: the rows of the steps from here on")
+    saved["data"].pop("p_joint_x")
+    path.write_text(json.dumps(saved))
+    (changes,) = resume_notes(path, cfg)  # no key that changes the rows: no second line
+    assert "run.seed note" in changes
+    path.write_text(json.dumps(saved)[:-20])  # truncated: nothing to compare with
+    assert resume_notes(path, cfg) == []
+    path.write_text("[]")
+    assert resume_notes(path, cfg) == []
+    path.write_text(json.dumps(cfg.to_dict()))
+    assert resume_notes(path, cfg) == []
+
+
 def test_nan_from_a_json_config_file_is_refused(tmp_path: Path) -> None:
     """Python's JSON reader takes NaN and Infinity; TOML spells nan and inf."""
     raw = json.loads(TINY.read_text())

@@ -296,14 +296,17 @@ def recover_checkpoint(out_dir: Path) -> Path:
     return final
 
 
-def config_changes(saved_path: Path, cfg: TrainConfig) -> list[str]:
-    """``key saved -> now`` for each setting that differs from the checkpoint's saved config:
-    resuming with an edited config (a re-aimed schedule, another batch size) is allowed, but the
-    log says so instead of silently mixing two recipes."""
+def config_changes(saved_path: Path, cfg: TrainConfig) -> dict[str, tuple[Any, Any]]:
+    """``{key: (saved, now)}`` for each setting that differs from the checkpoint's saved config
+    (``'(unset)'`` on the side that lacks the key), keys sorted: resuming with an edited config
+    (a re-aimed schedule, another batch size) is allowed, but the log says so
+    (:func:`resume_notes`) instead of silently mixing two recipes."""
     try:
         saved = json.loads(saved_path.read_text())
     except (OSError, ValueError):
-        return []  # checkpoints older than train_config.json: nothing to compare with
+        return {}  # checkpoints older than train_config.json: nothing to compare with
+    if not isinstance(saved, dict):
+        return {}  # not a config (edited by hand?): nothing to compare with either
 
     def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -316,11 +319,30 @@ def config_changes(saved_path: Path, cfg: TrainConfig) -> list[str]:
 
     # through JSON as the saved file went, so tuples compare equal to the lists read back
     before, now = flat(saved), flat(json.loads(json.dumps(cfg.to_dict())))
-    return [
-        f"{key} {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
+    return {
+        key: (before.get(key, "(unset)"), now.get(key, "(unset)"))
         for key in sorted(before.keys() | now.keys())
         if before.get(key) != now.get(key)
-    ]
+    }
+
+
+def resume_notes(saved_path: Path, cfg: TrainConfig) -> list[str]:
+    """The log lines of a run resumed with a config that differs from its checkpoint's
+    (``saved_path``, its train_config.json): each change as ``key saved -> now``, then, when a
+    change touches which rows the steps take (``DATA_KEYS``, ``data.*`` bar ``data.val_groups``),
+    the keys that do. None for an unchanged config."""
+    changed = config_changes(saved_path, cfg)
+    if not changed:
+        return []
+    notes = ["the config differs from the checkpoint's (the run goes on with the new values): "
+             + "; ".join(f"{key} {was!r} -> {now!r}" for key, (was, now) in changed.items())]
+    data = [k for k in changed if k in DATA_KEYS
+            or (k.startswith("data.") and k != "data.val_groups")]
+    if data:
+        notes.append(f"{', '.join(data)} changed: the rows of the steps from here on are not "
+                     "those the checkpoint's config would have drawn (the masking noise goes on "
+                     "from the checkpoint)")
+    return notes
 
 
 def load_trainer_state(ckpt: Path) -> dict[str, Any]:
@@ -375,17 +397,8 @@ def train_loop(
         step, prior_s = resume_state["step"], resume_state["elapsed_s"]
         evals = list(resume_state["evals"])
         hooks.log(f"resumed at step {step} ({prior_s / 60:.1f} min trained before)")
-        changed = config_changes(out_dir / CHECKPOINT_DIR / "train_config.json", cfg)
-        if changed:
-            hooks.log("the config differs from the checkpoint's (the run goes on with the new "
-                      "values): " + "; ".join(changed))
-            keys = [c.split()[0] for c in changed]
-            data = [k for k in keys if k in DATA_KEYS
-                    or (k.startswith("data.") and k != "data.val_groups")]
-            if data:
-                hooks.log(f"{', '.join(data)} changed: the rows of the steps from here on are "
-                          "not those the checkpoint's config would have drawn (the masking "
-                          "noise goes on from the checkpoint)")
+        for note in resume_notes(out_dir / CHECKPOINT_DIR / "train_config.json", cfg):
+            hooks.log(note)
 
     hooks.log(f"training on {device}" + (f", {cfg.run.threads} CPU threads"
                                          if device.type == "cpu" else ""))
