@@ -330,7 +330,7 @@ def resume_notes(saved_path: Path, cfg: TrainConfig) -> list[str]:
     """The log lines of a run resumed with a config that differs from its checkpoint's
     (``saved_path``, its train_config.json): each change as ``key saved -> now``, then, when a
     change touches which rows the steps take (``DATA_KEYS``, ``data.*`` bar ``data.val_groups``),
-    the keys that do. None for an unchanged config."""
+    the keys that do; no line for an unchanged config."""
     changed = config_changes(saved_path, cfg)
     if not changed:
         return []
