@@ -40,7 +40,9 @@ from apps.xiangqi.training import (
     MoveRowSource,
     board_at,
     example_at,
+    last_ply_positions,
     load_games,
+    mixed_positions,
     sample_positions,
     tokenizer_corpus,
 )
@@ -77,6 +79,10 @@ class XiangqiSection:
     tokenizer_positions: int = 3000  # rendered positions that train the tokenizer
     val_positions: int = 48  # validation positions decided every eval_every steps
     seed: int = 11
+    # A teacher file (apps/xiangqi/teacher.py): the student's own positions labelled by the
+    # model behind the search; ``teacher_share`` of the train_positions are drawn from it.
+    teacher_games: str | None = None
+    teacher_share: float = 0.0
 
 
 def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
@@ -104,6 +110,11 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
         )
     if not xq.fragment_weight >= 0:
         raise DecisionInputError("xiangqi.fragment_weight must be >= 0", "xiangqi.fragment_weight")
+    if not 0.0 <= xq.teacher_share <= 1.0:
+        raise DecisionInputError("xiangqi.teacher_share must be in [0, 1]", "xiangqi.teacher_share")
+    if xq.teacher_share > 0 and not xq.teacher_games:
+        raise DecisionInputError("xiangqi.teacher_share > 0 needs xiangqi.teacher_games",
+                                 "xiangqi.teacher_games")
     cfg = config_from_dict(raw.get("train", {}))
     task = raw.get("train", {}).get("data", {}).get("task", "xiangqi")
     if task != "xiangqi":  # omitted: the default ("contracts") is the other recipe's
@@ -177,7 +188,16 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
                                lambda: build_tokenizer(games, cfg, xq))
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
-    refs = sample_positions(games, xq.train_positions, xq.seed, xq.fragment_weight)
+    n_teacher = round(xq.teacher_share * xq.train_positions)
+    refs = sample_positions(games, xq.train_positions - n_teacher, xq.seed, xq.fragment_weight) \
+        if n_teacher < xq.train_positions else []
+    if xq.teacher_games:
+        taught = load_games(xq.teacher_games)
+        log(f"teacher: {len(taught)} labelled positions from {xq.teacher_games}, "
+            f"{n_teacher} of {xq.train_positions} draws")
+        refs = mixed_positions(
+            refs, last_ply_positions(taught, len(games), n_teacher, xq.seed + 3), xq.seed + 4)
+        games = games + taught
     source = MoveRowSource(games, refs, model.tokenizer)
     val = validation_examples(valid, xq.val_positions, xq.seed + 2)
     evals_path = out / "evals.jsonl"

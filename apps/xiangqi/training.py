@@ -131,6 +131,29 @@ def sample_positions(
     return [PositionRef(refs[i][0], rng.randrange(refs[i][1])) for i in chosen]
 
 
+def last_ply_positions(
+    games: Sequence[GameRecord], offset: int, count: int, seed: int
+) -> list[PositionRef]:
+    """``count`` draws (with replacement, deterministic in ``seed``) of the last ply of each game,
+    numbered from ``offset``: a teacher file's records (``apps/xiangqi/teacher.py``) end with the
+    labelled move."""
+    if count < 0 or (count > 0 and not games):
+        raise DecisionInputError("need teacher records to draw teacher positions", "teacher_games")
+    rng = random.Random(seed)
+    usable = [g for g, game in enumerate(games) if game.moves]
+    return [PositionRef(offset + g, len(games[g].moves) - 1)
+            for g in rng.choices(usable, k=count)] if count else []
+
+
+def mixed_positions(
+    master: list[PositionRef], teacher: list[PositionRef], seed: int
+) -> list[PositionRef]:
+    """Master and teacher positions interleaved in one deterministic shuffle."""
+    refs = master + teacher
+    random.Random(seed).shuffle(refs)
+    return refs
+
+
 def tokenizer_corpus(games: Sequence[GameRecord], count: int, seed: int) -> Iterator[str]:
     """Texts that train the tokenizer: rendered positions, their questions and answers."""
     for ref in sample_positions(games, count, seed):
