@@ -145,3 +145,6 @@ def test_teacher_settings_are_checked(tmp_path: Path, xiangqi: dict, words: str)
     path.write_text(json.dumps({"xiangqi": xiangqi}))
     with pytest.raises(DecisionInputError, match=words.replace("[", r"\[").replace("]", r"\]")):
         load_player_config(path)
+    path.write_text(json.dumps({"xiangqi": {**xiangqi, "teacher_share": 0.5,
+                                            "teacher_games": "labels.jsonl.gz"}}))
+    assert load_player_config(path)[1].teacher_games == "labels.jsonl.gz"

@@ -80,8 +80,9 @@ class XiangqiSection:
     val_positions: int = 48  # validation positions decided every eval_every steps
     seed: int = 11
     # A teacher file (apps/xiangqi/teacher.py): the student's own positions labelled by the
-    # model behind the search; ``teacher_share`` of the train_positions are drawn from it.
-    teacher_games: str | None = None
+    # model behind the search; ``teacher_share`` of the train_positions are drawn from it
+    # ("": none).
+    teacher_games: str = ""
     teacher_share: float = 0.0
 
 
