@@ -241,6 +241,9 @@ MODEL_FILE = re.compile(
     r"config\.json|tokenizer\.json|model\.safetensors(\.index\.json)?"
     r"|model-\d+-of-\d+\.safetensors"
 )
+# The scratch siblings of an export (DEST.tmp, written first; DEST.old, the previous export while
+# they swap): what export_checkpoint writes and what check_export_dest checks by default.
+EXPORT_TMP, EXPORT_OLD = ".tmp", ".old"
 
 
 def check_export_dest(
@@ -248,7 +251,7 @@ def check_export_dest(
     run_dir: str | Path,
     *,
     others_stay: bool = False,
-    scratch: tuple[str, ...] = (".tmp", ".old"),
+    scratch: tuple[str, ...] = (EXPORT_TMP, EXPORT_OLD),
 ) -> Path:
     """``dest`` resolved, if an export of the run in ``run_dir`` may replace it whole, else a
     ``DecisionInputError``: it must not be the run directory or hold it (``--export .``
@@ -318,8 +321,8 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     dest = check_export_dest(out_dir, Path(checkpoint).resolve().parent)
     model = load_model(checkpoint, dtype=torch.bfloat16)
     # Written beside ``dest`` and swapped in: an interrupted export leaves the previous one whole.
-    tmp = dest.with_name(dest.name + ".tmp")
-    old = dest.with_name(dest.name + ".old")
+    tmp = dest.with_name(dest.name + EXPORT_TMP)
+    old = dest.with_name(dest.name + EXPORT_OLD)
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
