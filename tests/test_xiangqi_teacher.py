@@ -1,13 +1,12 @@
 """Teacher labels (apps/xiangqi/teacher.py) and how the training driver mixes them in.
 
-Runs without ../shared: the tokenizer is trained on the in-repo CCPD sample (tests/data).
+Runs without ../shared: games come from the in-repo CCPD sample (tests/data).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,20 +24,10 @@ from apps.xiangqi.training import (
     last_ply_positions,
     load_games,
     mixed_positions,
-    tokenizer_corpus,
 )
 from decision.errors import DecisionInputError
-from decision.tokenizer import train_tokenizer
-from decision.train.config import config_from_dict
-from decision.train.recipe import build_model
 
 SAMPLE = Path(__file__).resolve().parent / "data" / "xiangqi-games-sample.jsonl.gz"
-TINY_FIELDS: dict[str, Any] = dict(
-    hidden_size=32, num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
-    num_attention_heads=2, num_key_value_heads=1, head_dim=16, linear_num_key_heads=1,
-    linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
-    intermediate_size=64, max_position_embeddings=1024,
-)
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +36,12 @@ def games() -> list[GameRecord]:
 
 
 @pytest.fixture(scope="module")
-def teacher(games: list[GameRecord]) -> SearchGuidedPlayer:
-    tokenizer = train_tokenizer(list(tokenizer_corpus(games, 30, seed=1)), vocab_size=420)
-    model = build_model(config_from_dict({"model": TINY_FIELDS}), tokenizer).eval()
-    return SearchGuidedPlayer(model, "teacher", search=SearchConfig(depth=1))
+def teacher(tiny_checkpoint_dir: Path) -> SearchGuidedPlayer:
+    """The session's random-weight tiny model (its byte-level tokenizer spells any position)."""
+    from decision import load_model
+
+    return SearchGuidedPlayer(load_model(str(tiny_checkpoint_dir)), "teacher",
+                              search=SearchConfig(depth=1))
 
 
 def test_the_teacher_move_is_sound_and_the_student_move_kept_when_sound(
