@@ -33,6 +33,8 @@ from decision.train.rows import Batch, Row, collate
 
 STATE_FILE = "trainer_state.pt"
 CHECKPOINT_DIR = "checkpoint"
+# a checkpoint is written beside the old one, then swapped in (save_checkpoint)
+CHECKPOINT_TMP, CHECKPOINT_OLD = CHECKPOINT_DIR + ".tmp", CHECKPOINT_DIR + ".old"
 # Settings that decide which rows step s trains on (rows: run.seed and data.*, bar
 # data.val_groups; batches: optim.batch_size and run.length_window): changed on resume, they
 # change the data from there on.
@@ -224,7 +226,7 @@ def save_checkpoint(
 ) -> Path:
     """Write ``out_dir/checkpoint`` atomically (write a temp dir, then rename over the old one)."""
     final = out_dir / CHECKPOINT_DIR
-    tmp = out_dir / (CHECKPOINT_DIR + ".tmp")
+    tmp = out_dir / CHECKPOINT_TMP
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -243,7 +245,7 @@ def save_checkpoint(
     )
     (tmp / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
     _fsync_dir_files(tmp)  # on disk before the rename publishes it (a crash keeps whole files)
-    old = out_dir / (CHECKPOINT_DIR + ".old")
+    old = out_dir / CHECKPOINT_OLD
     if final.exists():
         if old.exists():
             shutil.rmtree(old)
@@ -288,8 +290,8 @@ def recover_checkpoint(out_dir: Path) -> Path:
     should it lack its last-written file, ``checkpoint.old``.
     """
     final = out_dir / CHECKPOINT_DIR
-    old = out_dir / (CHECKPOINT_DIR + ".old")
-    tmp = out_dir / (CHECKPOINT_DIR + ".tmp")
+    old = out_dir / CHECKPOINT_OLD
+    tmp = out_dir / CHECKPOINT_TMP
     if not final.exists() and old.is_dir():
         complete = (tmp / STATE_FILE).is_file() and (tmp / "train_config.json").is_file()
         os.replace(tmp if complete else old, final)

@@ -27,6 +27,8 @@ from decision.train.config import TrainConfig, check_max_steps, check_minutes
 from decision.train.data import RowSource, ValidationSet, tokenizer_corpus
 from decision.train.loop import (
     CHECKPOINT_DIR,
+    CHECKPOINT_OLD,
+    CHECKPOINT_TMP,
     STATE_FILE,
     LoopHooks,
     LoopResult,
@@ -107,7 +109,7 @@ def check_model_matches(model: Any, cfg: TrainConfig, source: str | Path) -> Non
 
 
 # What a run writes into its directory (checkpoint.tmp / .old only while it saves)
-RUN_FILES = (CHECKPOINT_DIR, CHECKPOINT_DIR + ".tmp", CHECKPOINT_DIR + ".old", "tokenizer.json",
+RUN_FILES = (CHECKPOINT_DIR, CHECKPOINT_TMP, CHECKPOINT_OLD, "tokenizer.json",
              "evals.jsonl")
 
 
