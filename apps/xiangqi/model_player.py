@@ -139,13 +139,18 @@ class SearchGuidedPlayer(ModelPlayer):
         self.margin = check_margin(margin)
         self.overrides = 0  # model answers the search vetoed
 
+    def own_and_guided(self, board: Board) -> tuple[Any, Move, Move]:
+        """From one decode: the model's answer, its own move, and the move this player plays
+        (the own move if the search lets it through, else the likeliest sound one)."""
+        sound = sound_moves(board, self.search, self.margin)
+        answer, move = self._ask(board, return_probabilities=True)
+        return answer, move, guided_pick(move, answer.option_probabilities, sound)
+
     def choose_with_info(self, board: Board) -> MoveChoice:
         only = _only_move(board)
         if only is not None:
             return MoveChoice(only, 1.0, self.name)
-        sound = sound_moves(board, self.search, self.margin)
-        answer, move = self._ask(board, return_probabilities=True)
-        chosen = guided_pick(move, answer.option_probabilities, sound)
+        answer, move, chosen = self.own_and_guided(board)
         if chosen == move:
             return MoveChoice(move, _confidence(answer), self.name)
         self.overrides += 1

@@ -31,7 +31,7 @@ from typing import Any
 
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import BLACK, RED, Move
-from apps.xiangqi.model_player import SearchGuidedPlayer, guided_pick, sound_moves
+from apps.xiangqi.model_player import SearchGuidedPlayer
 from apps.xiangqi.players import GreedyPlayer, RandomPlayer
 
 TEACHER_CATEGORY = "teacher"
@@ -41,9 +41,8 @@ OPPONENTS = ("random", "greedy")
 def label(teacher: SearchGuidedPlayer, board: Board) -> tuple[Move, Move]:
     """The student's move (the model alone) and the teacher's (the model behind the search),
     from one decode of the position."""
-    sound = sound_moves(board, teacher.search, teacher.margin)
-    answer, own = teacher._ask(board, return_probabilities=True)
-    return own, guided_pick(own, answer.option_probabilities, sound)
+    _, own, taught = teacher.own_and_guided(board)
+    return own, taught
 
 
 def collect(
