@@ -33,6 +33,13 @@ async function getJson(url, options) {
   return { ok: response.ok, status: response.status, data };
 }
 
+// The service's error of a failed reply ({type, message, field}); the HTTP status stands in for
+// a message the body did not carry (no JSON, or no error in it).
+function replyError(reply) {
+  const error = (reply.data && reply.data.error) || {};
+  return { ...error, message: error.message || `the service answered HTTP ${reply.status}` };
+}
+
 // ------------------------------------------------------------------ question editor
 
 function questionNodes() {
@@ -279,9 +286,7 @@ async function run(event) {
         body: JSON.stringify({ ...request, mode }),
       });
       if (!reply.ok) {
-        const error = (reply.data && reply.data.error) ||
-          { message: `the service answered HTTP ${reply.status}` };
-        showError(error);
+        showError(replyError(reply));
         return;
       }
       results[mode] = { ...reply.data, client_ms: performance.now() - started };
@@ -300,8 +305,7 @@ async function run(event) {
       if (reply.ok) {
         results[mode].checks = reply.data.checks;
       } else {  // say so: an empty list would read as "no rule broken"
-        const error = (reply.data && reply.data.error) || {};
-        results[mode].checkError = error.message || `the service answered HTTP ${reply.status}`;
+        results[mode].checkError = replyError(reply).message;
       }
     }
     demo.results = { request, preset: preset ? preset.id : null, modes: results,
@@ -515,8 +519,7 @@ async function load(url) {
   try {
     const reply = await getJson(url);
     if (reply.ok) return { data: reply.data };
-    const error = (reply.data && reply.data.error) || {};
-    return { failure: error.message || `the service answered HTTP ${reply.status}` };
+    return { failure: replyError(reply).message };
   } catch (exc) {
     return { failure: `cannot reach the service (${exc.message || exc})` };
   }
