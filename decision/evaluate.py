@@ -220,11 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m decision.evaluate", description=__doc__)
     add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except DecisionInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    from decision.cli import exit_status  # the decision CLI's one mapping of errors to statuses
+
+    return exit_status(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,14 @@ def test_eval_rejects_bad_input(tiny_dir: Path, capsys: pytest.CaptureFixture[st
     assert "error" in capsys.readouterr().err
 
 
+def test_eval_names_a_model_it_cannot_load(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no-model"
+    assert main(["--seed-start", "20000000", "--groups", "1", "--model", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no-model" in err and "Traceback" not in err
+
+
 def record_decide_many(model: Any) -> tuple[list[dict], list[Any], Any]:
     """Wrap ``model.decide_many`` to keep every request and decision; returns both lists and
     the original method."""
