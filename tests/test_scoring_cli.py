@@ -20,9 +20,9 @@ import pytest
 from apps.contracts import csv_format
 from apps.contracts.generate import main as generate_main
 from decision.cli import main as cli_main
-from decision.errors import DecisionInputError
+from decision.errors import CompileBusyError, DecisionInputError
 from decision.scoring.output import read_predictions
-from decision.scoring.runner import score_csv
+from decision.scoring.runner import COMPILE_TRIES, score_csv
 from decision.serve.engine import ModelEngine
 
 GROUPS = 4
@@ -301,6 +301,33 @@ def test_a_failing_group_is_skipped_whatever_the_batch_size(
     assert [(p.line, p.group_id) for p in result.problems] == [(3, "g1")]
     assert "RuntimeError: the decoder failed" in result.problems[0].reason
     assert [r.group_id for r in read_predictions(out)] == ["g0", "g2"]
+
+
+class _StarvedCompiles(_FakeEngine):
+    """``prepare`` raises CompileBusyError the first ``busy[doc]`` times for document ``doc``."""
+
+    def __init__(self, busy: dict[str, int]) -> None:
+        self.busy = dict(busy)
+
+    def prepare(self, body: Any) -> Any:
+        if self.busy.get(body.document, 0) > 0:
+            self.busy[body.document] -= 1
+            raise CompileBusyError("regex automaton did not compile (the machine is busy)",
+                                   "questions.0.answer")
+        return body
+
+
+def test_a_starved_compile_is_tried_again_before_its_group_is_skipped(tmp_path: Path) -> None:
+    # the service answers a starved compile 503 and its client retries; batch scoring, with no
+    # client, retries itself, and skips the group only when every try was starved
+    path = _fake_csv(tmp_path / "in.csv", ["once", "always", "fine"])
+    out, log = tmp_path / "pred.csv", io.StringIO()
+    engine: Any = _StarvedCompiles({"once": 1, "always": COMPILE_TRIES})
+    result = score_csv(path, out, engine, show_progress=False, progress_stream=log)
+    assert [r.group_id for r in read_predictions(out)] == ["g0", "g2"]
+    assert [p.group_id for p in result.problems] == ["g1"]
+    assert "machine is busy" in result.problems[0].reason
+    assert log.getvalue().count("trying again") == 1 + (COMPILE_TRIES - 1)
 
 
 class _Recording(_FakeEngine):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from decision.errors import DecisionInputError
+from decision.errors import CompileBusyError, DecisionInputError
 from decision.scoring.gold import is_correct
 from decision.scoring.groups import InputGroup, Problem, read_groups
 from decision.scoring.output import PredictionRow, PredictionWriter, read_predictions, recover
@@ -21,6 +21,11 @@ from decision.scoring.progress import Progress
 from decision.serve.api import DecideBody, DecideOptions
 from decision.serve.service import ServiceEngine
 from decision.tokenizer import MAX_QUESTIONS
+
+# A schema compile the busy machine starved (CompileBusyError) is tried this many times in all
+# before its group is skipped: the service answers it 503 and its client retries; a batch run
+# has no client to do so, and skipping the group would leave a hole a retry may fill.
+COMPILE_TRIES = 3
 
 MODES: dict[str, tuple[str, ...]] = {
     "joint": ("joint",),
@@ -71,6 +76,17 @@ def _rows(group: InputGroup, mode: str, decision: Any) -> list[PredictionRow]:
             )
         )
     return rows
+
+
+def _prepare(engine: ServiceEngine, body: DecideBody, progress: Progress) -> Any:
+    """``engine.prepare(body)``, tried again (``COMPILE_TRIES`` in all) while a compile is
+    starved by a busy machine; any other input error is raised at once."""
+    for attempt in range(1, COMPILE_TRIES):
+        try:
+            return engine.prepare(body)
+        except CompileBusyError as exc:
+            progress.message(f"{exc.message}; trying again ({attempt + 1} of {COMPILE_TRIES})")
+    return engine.prepare(body)  # the last try: its error, if any, skips the group
 
 
 def _decide_all(engine: ServiceEngine, prepared: list[Any]) -> list[Any]:
@@ -201,7 +217,7 @@ def _score_batches(
                             f"{MAX_QUESTIONS}, or score it with --mode standalone"))
                         continue
                     try:
-                        prepared.append(engine.prepare(_body(group, m, options)))
+                        prepared.append(_prepare(engine, _body(group, m, options), bar))
                         jobs.append((group, m))
                     except DecisionInputError as exc:
                         where = f" ({exc.field})" if exc.field else ""
