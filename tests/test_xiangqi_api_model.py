@@ -15,12 +15,13 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from apps.xiangqi import RED, Board
+from apps.xiangqi import BLACK, RED, Board
 from apps.xiangqi.api import create_app
 from apps.xiangqi.model_player import (
     ModelPlayer,
     SearchGuidedPlayer,
     player_from_setting,
+    rule_safe_moves,
     search_depth_setting,
     sound_moves,
 )
@@ -347,6 +348,63 @@ def test_a_repetition_the_player_would_lose_or_draw_is_still_avoided() -> None:
     board.pop()
     safe, fresh = _repetition_classes(board, {repeat})
     assert safe == set() and fresh == set()
+
+
+class _Prefers:
+    """A stand-in model that answers the first move of ``order`` among the options it is given,
+    and keeps the options."""
+
+    def __init__(self, order: list[str]) -> None:
+        self.order: list[str] = order
+        self.options: list[list[str]] = []
+
+    def decide(self, document: str, questions: list[Any], **kw: Any) -> Any:
+        from types import SimpleNamespace
+
+        options = questions[0]["answer"]["options"]
+        self.options.append(options)
+        value = next(o for o in self.order if o in options)
+        return SimpleNamespace(answers=[SimpleNamespace(value=value, confidence=0.5,
+                                                        option_probabilities=None)])
+
+
+# Red's chariot checks from a8 and a9 in turn while Black's general steps e9-e8; Red, checking
+# on every move, loses the third occurrence of any position of the cycle. From the first FEN
+# Black's move makes the first third occurrence; from the second (the chariot already checking,
+# Black to move), Red's own.
+PERPETUAL_RED = ("4k4/R8/9/9/9/9/9/9/9/3K5 w - - 0 1", "a8a9 e9e8 a9a8 e8e9".split())
+PERPETUAL_RED_OWN = ("R3k4/9/9/9/9/9/9/9/9/3K5 b - - 0 1", "e9e8 a9a8 e8e9 a8a9".split())
+
+
+@pytest.mark.parametrize(("game", "played", "losing", "instead"), [
+    (PERPETUAL_RED_OWN, 7, "a8a9", "a8a7"),  # its own move would make the third occurrence
+    (PERPETUAL_RED, 6, "a9a8", "a9a7"),  # Black's reply e8e9 would
+])
+def test_the_model_alone_is_not_offered_a_move_that_loses_by_repetition(
+    game: tuple[str, list[str]], played: int, losing: str, instead: str
+) -> None:
+    fen, cycle = game
+    board = Board(fen)
+    for iccs in (cycle * 2)[:played]:
+        board.push_iccs(iccs)
+    move = board.parse_iccs(losing)
+    assert set(rule_safe_moves(board)) == set(board.legal_moves) - {move}
+    fake = _Prefers([losing, instead])
+    choice = ModelPlayer(fake).choose_with_info(board)
+    assert choice.move.iccs() == instead and losing not in fake.options[-1]
+    for iccs in (cycle * 2)[played:]:  # what the filter spared Red: a loss by the rule at 8
+        assert board.outcome() is None
+        board.push_iccs(iccs)
+    outcome = board.outcome()
+    assert outcome is not None and outcome.winner == BLACK
+
+
+def test_a_check_that_only_repeats_once_more_stays_an_option() -> None:
+    fen, cycle = PERPETUAL_RED
+    board = Board(fen)
+    for iccs in cycle:
+        board.push_iccs(iccs)
+    assert set(rule_safe_moves(board)) == set(board.legal_moves)
 
 
 def test_the_guided_player_keeps_a_mate_in_one() -> None:

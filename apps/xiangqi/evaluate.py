@@ -47,9 +47,11 @@ from apps.xiangqi.model_player import (
     check_margin,
     decoder_options,
     guided_pick,
+    rule_safe_moves,
     sound_moves,
 )
 from apps.xiangqi.players import GreedyPlayer, Player, RandomPlayer, material, play_game
+from apps.xiangqi.render import move_question
 from apps.xiangqi.search import SearchConfig
 from apps.xiangqi.training import (
     GameRecord,
@@ -236,7 +238,9 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
     results: list[dict[str, Any]] = []
     for start in range(0, len(sample), batch_size):
         chunk = sample[start : start + batch_size]
-        requests = [{"document": p.example.document, "questions": [p.example.question],
+        # the question the player asks: its options leave out a move that loses by repetition
+        requests = [{"document": p.example.document,
+                     "questions": [move_question(p.board, rule_safe_moves(p.board))],
                      "mode": "joint", "threshold": 0.9, "return_probabilities": search is not None,
                      **decoder_options(decoder)}
                     for p in chunk]

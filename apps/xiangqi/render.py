@@ -107,12 +107,14 @@ def tactics_lines(board: Board, legal: list[Move] | None = None) -> list[str]:
     ]
 
 
-def move_question(board: Board) -> dict[str, Any]:
-    """A ``choice`` question among the legal moves in ICCS (same order as the document).
+def move_question(board: Board, moves: list[Move] | None = None) -> dict[str, Any]:
+    """A ``choice`` question among the legal moves in ICCS (same order as the document), or
+    among ``moves``, legal ones the caller chose (the player leaves out a move that loses on the
+    spot by the rules: ``model_player.rule_safe_moves``).
 
     Raises :class:`XiangqiError` when the side to move has no legal move (the game is over).
     """
-    legal = sorted_legal_iccs(board)
+    legal = sorted_legal_iccs(board, moves)
     side = COLOR_NAMES[board.turn]
     if not legal:
         over = f"{side} has no legal move: the game is over ({board.result()})"
