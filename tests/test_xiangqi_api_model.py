@@ -21,7 +21,7 @@ from apps.xiangqi.model_player import (
     ModelPlayer,
     SearchGuidedPlayer,
     player_from_setting,
-    rule_safe_moves,
+    repetition_safe_moves,
     search_depth_setting,
     sound_moves,
 )
@@ -371,32 +371,46 @@ class _Prefers:
 # Red's chariot checks from a8 and a9 in turn while Black's general steps e9-e8; Red, checking
 # on every move, loses the third occurrence of any position of the cycle. From the first FEN
 # Black's move makes the first third occurrence; from the second (the chariot already checking,
-# Black to move), Red's own.
+# Black to move), Red's own. In the third the chariots step back and forth without a check:
+# the third occurrence is a draw.
 PERPETUAL_RED = ("4k4/R8/9/9/9/9/9/9/9/3K5 w - - 0 1", "a8a9 e9e8 a9a8 e8e9".split())
 PERPETUAL_RED_OWN = ("R3k4/9/9/9/9/9/9/9/9/3K5 b - - 0 1", "e9e8 a9a8 e8e9 a8a9".split())
+QUIET_CYCLE = ("5k2r/9/9/9/9/9/9/9/9/R2K5 w - - 0 1", "a0a1 i9i8 a1a0 i8i9".split())
 
 
-@pytest.mark.parametrize(("game", "played", "losing", "instead"), [
-    (PERPETUAL_RED_OWN, 7, "a8a9", "a8a7"),  # its own move would make the third occurrence
-    (PERPETUAL_RED, 6, "a9a8", "a9a7"),  # Black's reply e8e9 would
+@pytest.mark.parametrize(("game", "played", "avoided", "instead", "winner"), [
+    (PERPETUAL_RED_OWN, 7, "a8a9", "a8a7", BLACK),  # Red's own move would lose
+    (PERPETUAL_RED, 6, "a9a8", "a9a7", BLACK),  # Black's reply e8e9 would make Red lose
+    (QUIET_CYCLE, 7, "i8i9", "i8i7", None),  # Black's own move would draw
+    (QUIET_CYCLE, 6, "a1a0", "a1a2", None),  # Black's reply i8i9 would draw
 ])
-def test_the_model_alone_is_not_offered_a_move_that_loses_by_repetition(
-    game: tuple[str, list[str]], played: int, losing: str, instead: str
+def test_the_model_alone_is_not_offered_a_move_that_ends_the_game_by_repetition(
+    game: tuple[str, list[str]], played: int, avoided: str, instead: str, winner: bool | None
 ) -> None:
     fen, cycle = game
     board = Board(fen)
     for iccs in (cycle * 2)[:played]:
         board.push_iccs(iccs)
-    move = board.parse_iccs(losing)
-    assert set(rule_safe_moves(board)) == set(board.legal_moves) - {move}
-    fake = _Prefers([losing, instead])
+    move = board.parse_iccs(avoided)
+    assert set(repetition_safe_moves(board)) == set(board.legal_moves) - {move}
+    fake = _Prefers([avoided, instead])
     choice = ModelPlayer(fake).choose_with_info(board)
-    assert choice.move.iccs() == instead and losing not in fake.options[-1]
-    for iccs in (cycle * 2)[played:]:  # what the filter spared Red: a loss by the rule at 8
+    assert choice.move.iccs() == instead and avoided not in fake.options[-1]
+    for iccs in (cycle * 2)[played:]:  # what the rule spared the mover: the end at ply 8
         assert board.outcome() is None
         board.push_iccs(iccs)
     outcome = board.outcome()
-    assert outcome is not None and outcome.winner == BLACK
+    assert outcome is not None and outcome.winner == winner
+
+
+def test_a_repetition_the_rules_give_to_the_mover_stays_an_option() -> None:
+    # the same cycle from Black's side: Black's e8e9 makes the third occurrence of Red's
+    # perpetual check, a win for Black, so it is not left out
+    fen, cycle = PERPETUAL_RED
+    board = Board(fen)
+    for iccs in (cycle * 2)[:7]:
+        board.push_iccs(iccs)
+    assert set(repetition_safe_moves(board)) == set(board.legal_moves)
 
 
 def test_a_check_that_only_repeats_once_more_stays_an_option() -> None:
@@ -404,7 +418,7 @@ def test_a_check_that_only_repeats_once_more_stays_an_option() -> None:
     board = Board(fen)
     for iccs in cycle:
         board.push_iccs(iccs)
-    assert set(rule_safe_moves(board)) == set(board.legal_moves)
+    assert set(repetition_safe_moves(board)) == set(board.legal_moves)
 
 
 def test_the_guided_player_keeps_a_mate_in_one() -> None:

@@ -47,7 +47,7 @@ from apps.xiangqi.model_player import (
     check_margin,
     decoder_options,
     guided_pick,
-    rule_safe_moves,
+    repetition_safe_moves,
     sound_moves,
 )
 from apps.xiangqi.players import GreedyPlayer, Player, RandomPlayer, material, play_game
@@ -238,9 +238,10 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
     results: list[dict[str, Any]] = []
     for start in range(0, len(sample), batch_size):
         chunk = sample[start : start + batch_size]
-        # the question the player asks: its options leave out a move that loses by repetition
+        # the question the player asks: its options leave out a move that ends the game by
+        # repetition at once
         requests = [{"document": p.example.document,
-                     "questions": [move_question(p.board, rule_safe_moves(p.board))],
+                     "questions": [move_question(p.board, repetition_safe_moves(p.board))],
                      "mode": "joint", "threshold": 0.9, "return_probabilities": search is not None,
                      **decoder_options(decoder)}
                     for p in chunk]

@@ -2,8 +2,9 @@
 
 :class:`ModelPlayer` renders the board as a document (:func:`apps.xiangqi.render.position_document`)
 and asks one question whose answer schema is a ``choice`` among the legal moves in ICCS
-(:func:`apps.xiangqi.render.move_question`). Constrained decoding guarantees the answer is one of
-the options, so the model never plays an illegal move, whatever its weights.
+(:func:`apps.xiangqi.render.move_question`), less the moves that let the game end by repetition at
+once (:func:`repetition_safe_moves`). Constrained decoding guarantees the answer is one of the
+options, so the model never plays an illegal move, whatever its weights.
 
 Which model (:func:`player_from_setting`, setting ``DECISION_XIANGQI_MODEL``):
 
@@ -80,9 +81,9 @@ def decoder_options(decoder: str) -> dict[str, Any]:
 class ModelPlayer:
     """Plays the move a :class:`decision.DecisionModel` chooses among the legal moves.
 
-    The choice's options leave out a move that loses on the spot by the rules (the third
-    occurrence of a position in the mover's own perpetual check: :func:`rule_safe_moves`), as
-    they leave out an illegal one; the document still lists every legal move, as in training.
+    The choice's options leave out a move that lets the game end by repetition at once, a loss
+    or a draw the model cannot see coming (:func:`repetition_safe_moves`), as they leave out an
+    illegal one; the document still lists every legal move, as in training.
     ``decide`` is called under a lock: one model instance serves one position at a time.
     """
 
@@ -108,7 +109,7 @@ class ModelPlayer:
         from apps.xiangqi.render import move_question, position_document
 
         document = position_document(board)
-        question = move_question(board, rule_safe_moves(board))
+        question = move_question(board, repetition_safe_moves(board))
         with self._lock:
             decision = _decide(self.model, document, question, self.threshold,
                                return_probabilities, self.decoder)
@@ -161,43 +162,31 @@ class SearchGuidedPlayer(ModelPlayer):
         return MoveChoice(chosen, probability, f"{self.name}+search")
 
 
-def rule_safe_moves(board: Board) -> list[Move]:
-    """The legal moves that do not lose by the repetition rule at once, or all of them when
-    every one does.
+def repetition_safe_moves(board: Board) -> list[Move]:
+    """The legal moves that do not let the game end by repetition at once, unless in the
+    mover's favour; all of them when every one does.
 
-    A move loses at once when it makes the third occurrence of a position in the mover's own
-    perpetual check, or when a reply of the opponent's does (the rule counts the cycle, whoever
-    completes it). The document shows no move history, so the model cannot see either; this is
-    the rules' verdict one reply deep, not a search: material and mates are not looked at.
+    A move ends the game at once when it makes the third occurrence of a position, or when a
+    reply of the opponent's does (the rule counts the cycle, whoever completes it): a loss for
+    the side that checked on every move of it, else a draw. The document shows no move history,
+    so the model cannot see either coming; this is the rules' verdict one reply deep, not a
+    search (material and mates are not looked at). A draw is avoided too: the model never chose
+    it, and against the baseline players avoiding it wins more than it loses
+    (docs/xiangqi-model.md).
     """
     legal = board.legal_moves
     us = board.turn
-    scratch = board.copy()
+    work = board.copy()
     safe = []
     for move in legal:
-        scratch.push(move)
-        lost = _lost_by_repetition(scratch, us) or any(
-            _reply_loses_by_repetition(scratch, reply, us) for reply in scratch.legal_moves)
-        scratch.pop()
-        if not lost:
+        if _completes_threefold(work, move, us):
+            continue
+        work.push(move)
+        ends = any(_completes_threefold(work, reply, us) for reply in work.legal_moves)
+        work.pop()
+        if not ends:
             safe.append(move)
     return safe or legal
-
-
-def _lost_by_repetition(board: Board, us: Color) -> bool:
-    """Whether ``board`` is a third occurrence that the rules score against ``us``."""
-    if not board.is_repetition(3):  # cheap; the outcome is worked out only for a repetition
-        return False
-    outcome = board.outcome()
-    return outcome is not None and outcome.winner is not None and outcome.winner != us
-
-
-def _reply_loses_by_repetition(board: Board, reply: Move, us: Color) -> bool:
-    board.push(reply)
-    try:
-        return _lost_by_repetition(board, us)
-    finally:
-        board.pop()
 
 
 def _only_move(board: Board) -> Move | None:
