@@ -1,4 +1,5 @@
-"""Cost of the blunder check that SearchGuidedPlayer adds to every model move.
+"""Cost of the blunder check that SearchGuidedPlayer adds to every model move, and of the
+repetition rule that every model player applies (depth 0 in the table).
 
     .venv/bin/python benchmarks/xiangqi_search.py                 # depths 1-3, 120 positions
     .venv/bin/python benchmarks/xiangqi_search.py --positions 300 --depths 2
@@ -6,7 +7,9 @@
 Times ``model_player.sound_moves`` (best score, then every legal move against the floor, then
 the repetition filter) on validation positions at plies 10, 30 and 60 of the first games of
 ``../shared/data/xiangqi/valid-games.jsonl.gz``, and prints the median, 90th percentile and
-maximum milliseconds per position with the search nodes visited (median). One process, one core.
+maximum milliseconds per position with the search nodes visited (median). Depth 0 times
+``model_player.repetition_safe_moves`` alone (no search: each move and each reply checked for a
+third occurrence), what ``ModelPlayer`` adds to a move. One process, one core.
 """
 
 from __future__ import annotations
@@ -16,13 +19,19 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from apps.xiangqi.board import Board  # noqa: E402
 from apps.xiangqi.dataset import data_dir  # noqa: E402
-from apps.xiangqi.model_player import DEFAULT_MARGIN, sound_moves  # noqa: E402
+from apps.xiangqi.model_player import (  # noqa: E402
+    DEFAULT_MARGIN,
+    repetition_safe_moves,
+    sound_moves,
+)
 from apps.xiangqi.search import SearchConfig, _Search  # noqa: E402
 from apps.xiangqi.training import board_at, load_games  # noqa: E402
 
@@ -41,6 +50,9 @@ def main() -> int:
           f"{len(boards)} validation positions, margin {args.margin:g}")
     print("| depth | median ms | p90 ms | max ms | nodes (median, best-move search) |")
     print("|---:|---:|---:|---:|---:|")
+    rule = sorted(_ms(repetition_safe_moves, board) for board in boards)
+    print(f"| 0 (repetition rule only) | {statistics.median(rule):.1f} "
+          f"| {rule[int(0.9 * len(rule))]:.1f} | {rule[-1]:.1f} | - |")
     for depth in args.depths:
         config = SearchConfig(depth=depth)
         times, nodes = [], []
@@ -55,6 +67,13 @@ def main() -> int:
         print(f"| {depth} | {statistics.median(times):.1f} | {times[int(0.9 * len(times))]:.1f} "
               f"| {times[-1]:.1f} | {int(statistics.median(nodes))} |")
     return 0
+
+
+def _ms(function: Callable[[Board], object], board: Board) -> float:
+    """Milliseconds of one ``function(board)``."""
+    t0 = time.perf_counter()
+    function(board)
+    return 1000 * (time.perf_counter() - t0)
 
 
 if __name__ == "__main__":

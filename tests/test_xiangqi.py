@@ -237,6 +237,23 @@ def test_threefold_repetition_without_checks_is_a_draw() -> None:
     assert board.outcome() is None and board.repetition_count() == 2
 
 
+def test_a_repeated_position_is_seen_from_its_second_occurrence_until_a_capture() -> None:
+    board = Board(fen_of({"d0": "K", "a0": "R", "f9": "k", "i9": "r"}))
+    seen = []
+    for m in ("a0a1", "i9i8", "a1a0", "i8i9", "a0a1", "i9i8"):
+        board.push_iccs(m)
+        seen.append(board.has_repeated_position())
+    # the start position's second occurrence is at ply 4 (with the same side to move)
+    assert seen == [False, False, False, True, True, True]
+    board.push_iccs("a1a8")  # a new position; the history still holds the repeat
+    board.push_iccs("f9e9")
+    assert board.has_repeated_position()
+    board.push_iccs("a8i8")  # takes the black chariot: no earlier position can come back
+    assert not board.has_repeated_position()
+    board.pop()
+    assert board.has_repeated_position()
+
+
 def test_repetition_needs_the_same_side_to_move() -> None:
     # Chariot a0-a1-a2-a0 by Red while Black shuffles between two squares: the placement
     # repeats with different sides to move, which must not count.

@@ -292,6 +292,14 @@ class Board:
         """True if the current position occurred at least ``count`` times (this one included)."""
         return len(self._occurrences(count)) >= count
 
+    def has_repeated_position(self) -> bool:
+        """True if some position since the last capture occurred twice (side to move included):
+        only then can the next two plies make a third occurrence and end the game."""
+        hashes = self._hashes
+        n = len(hashes) - 1
+        window = hashes[n - min(self.halfmove_clock, n):]
+        return len(set(window)) < len(window)
+
     def _occurrences(self, limit: int = 1_000_000) -> list[int]:
         """History indices of the current position, newest first, at most ``limit`` of them.
 

@@ -175,6 +175,8 @@ def repetition_safe_moves(board: Board) -> list[Move]:
     (docs/xiangqi-model.md).
     """
     legal = board.legal_moves
+    if not board.has_repeated_position():  # no third occurrence is two plies away
+        return legal
     us = board.turn
     work = board.copy()
     safe = []
