@@ -25,7 +25,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from apps.xiangqi.board import Board  # noqa: E402
 from apps.xiangqi.dataset import data_dir  # noqa: E402
 from apps.xiangqi.model_player import (  # noqa: E402
     DEFAULT_MARGIN,
@@ -57,9 +56,7 @@ def main() -> int:
         config = SearchConfig(depth=depth)
         times, nodes = [], []
         for board in boards:
-            t0 = time.perf_counter()
-            sound_moves(board, config, args.margin)
-            times.append(1000 * (time.perf_counter() - t0))
+            times.append(_ms(sound_moves, board, config, args.margin))
             search = _Search(board, config)
             search.negamax(board.turn, depth, float("-inf"), float("inf"), 0)
             nodes.append(search.nodes)
@@ -69,10 +66,10 @@ def main() -> int:
     return 0
 
 
-def _ms(function: Callable[[Board], object], board: Board) -> float:
-    """Milliseconds of one ``function(board)``."""
+def _ms(function: Callable[..., object], *args: object) -> float:
+    """Milliseconds of one ``function(*args)``."""
     t0 = time.perf_counter()
-    function(board)
+    function(*args)
     return 1000 * (time.perf_counter() - t0)
 
 
