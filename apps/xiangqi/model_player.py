@@ -184,7 +184,7 @@ def repetition_safe_moves(board: Board) -> list[Move]:
         if _completes_threefold(work, move, us):
             continue
         work.push(move)
-        ends = any(_completes_threefold(work, reply, us) for reply in work.legal_moves)
+        ends = _a_reply_completes_threefold(work, us)
         work.pop()
         if not ends:
             safe.append(move)
@@ -262,10 +262,16 @@ def _repetition_classes(board: Board, moves: set[Move]) -> tuple[set[Move], set[
         work.push(move)
         if work.repetition_count() == 1 or _repeats_to_win(work, us):
             fresh.add(move)
-            if not any(_completes_threefold(work, reply, us) for reply in work.legal_moves):
+            if not _a_reply_completes_threefold(work, us):
                 safe.add(move)
         work.pop()
     return safe, fresh
+
+
+def _a_reply_completes_threefold(board: Board, us: Color) -> bool:
+    """Whether some legal move of the side to move (``us``'s opponent) makes a position's third
+    occurrence that ``us`` does not win."""
+    return any(_completes_threefold(board, reply, us) for reply in board.legal_moves)
 
 
 def _completes_threefold(board: Board, move: Move, us: Color) -> bool:
