@@ -270,7 +270,9 @@ def _repetition_classes(board: Board, moves: set[Move]) -> tuple[set[Move], set[
 
 def _a_reply_completes_threefold(board: Board, us: Color) -> bool:
     """Whether some legal move of the side to move (``us``'s opponent) makes a position's third
-    occurrence that ``us`` does not win."""
+    occurrence that ``us`` does not win; none can unless a position already occurred twice."""
+    if not board.has_repeated_position():
+        return False
     return any(_completes_threefold(board, reply, us) for reply in board.legal_moves)
 
 
