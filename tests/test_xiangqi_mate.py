@@ -168,3 +168,8 @@ def test_the_cli_writes_records_the_training_driver_reads(tmp_path: Path) -> Non
     assert [g.moves[-1] for g in games] == ["b0b9", "b0b9"]
     with pytest.raises(SystemExit):
         main([str(match), "--out", str(out)])  # never overwrites
+    progress = tmp_path / "gen.jsonl"  # a match's --progress file: one game per line
+    progress.write_text(json.dumps(_game("d0d1 e9f9 a8f8")) + "\n")
+    again = tmp_path / "again.jsonl.gz"
+    assert main([str(progress), "--moves", "1", "--out", str(again)]) == 0
+    assert [g.moves for g in load_games(again)] == [g.moves for g in games]

@@ -76,16 +76,21 @@ def game_labels(game: dict[str, Any], moves: int, name: str) -> Iterator[dict[st
 
 
 def match_games(paths: Iterable[str | Path]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(file stem, game record) for every game of the given ``evaluate match`` outputs."""
-    for path in paths:
-        for game in json.loads(Path(path).read_text())["results"]:
-            yield Path(path).stem, game
+    """(file stem, game record) for every game of the given ``evaluate match`` outputs: the
+    ``--out`` JSON, or the ``--progress`` JSON lines that a match stopped early leaves."""
+    for path in map(Path, paths):
+        text = path.read_text()
+        games = ([json.loads(line) for line in text.splitlines() if line.strip()]
+                 if path.suffix == ".jsonl" else json.loads(text)["results"])
+        for game in games:
+            yield path.stem, game
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m apps.xiangqi.mate_labels",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("matches", nargs="+", help="JSON outputs of `evaluate match --out`")
+    parser.add_argument("matches", nargs="+",
+                        help="outputs of `evaluate match`: --out JSON or --progress .jsonl")
     parser.add_argument("--moves", type=int, default=2,
                         help="label wins forced within this many of the model's moves")
     parser.add_argument("--out", required=True)
