@@ -157,19 +157,24 @@ def test_game_labels_label_the_model_positions_with_a_forced_win() -> None:
     assert list(game_labels(_game("d0d1 e9f9 a8f8", model="black"), 2, "gen")) == []
 
 
-def test_the_cli_writes_records_the_training_driver_reads(tmp_path: Path) -> None:
+def test_the_cli_writes_records_the_training_driver_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     match = tmp_path / "gen.json"
-    match.write_text(json.dumps({"results": [_game("d0d1 e9f9 a8f8")]}))
+    match.write_text(json.dumps({"results": [_game("d0d1 e9f9 a8f8"), _game("b0b9")]}))
     out = tmp_path / "mates.jsonl.gz"
     assert main([str(match), "--moves", "1", "--out", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["games"] == 2 and summary["positions"] == 3
+    assert summary["mates"] == {"1": {"positions": 3, "model_played": 1, "share": 0.3333}}
     with gzip.open(out, "rt") as f:
-        assert len(f.readlines()) == 2
+        assert [json.loads(line)["mate_in"] for line in f] == [1, 1, 1]
     games = load_games(out)
-    assert [g.moves[-1] for g in games] == ["b0b9", "b0b9"]
+    assert [g.moves[-1] for g in games] == ["b0b9", "b0b9", "b0b9"]
     with pytest.raises(SystemExit):
         main([str(match), "--out", str(out)])  # never overwrites
     progress = tmp_path / "gen.jsonl"  # a match's --progress file: one game per line
     progress.write_text(json.dumps(_game("d0d1 e9f9 a8f8")) + "\n")
     again = tmp_path / "again.jsonl.gz"
     assert main([str(progress), "--moves", "1", "--out", str(again)]) == 0
-    assert [g.moves for g in load_games(again)] == [g.moves for g in games]
+    assert [g.moves for g in load_games(again)] == [g.moves for g in games[:2]]

@@ -67,6 +67,7 @@ def game_labels(game: dict[str, Any], moves: int, name: str) -> Iterator[dict[st
                     "category": MATE_CATEGORY,
                     "result": None,
                     "event": f"mate in {mate[1]}",
+                    "mate_in": mate[1],
                     "start_fen": start,
                     "moves": [*played, mate[0].iccs()],
                     "student": iccs,
@@ -101,15 +102,23 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists():
         parser.error(f"{out} exists; give another --out")
     out.parent.mkdir(parents=True, exist_ok=True)
-    t0, positions, missed = time.monotonic(), 0, 0
+    t0, positions, missed, games = time.monotonic(), 0, 0, 0
+    # per mate length: positions, and those where the model's move was one of the fastest wins
+    found: dict[int, list[int]] = {n: [0, 0] for n in range(1, args.moves + 1)}
     with gzip.open(out, "wt", encoding="utf-8") as f:
-        for g, (name, game) in enumerate(match_games(args.matches)):
+        for games, (name, game) in enumerate(match_games(args.matches), start=1):
             for record in game_labels(game, args.moves, name):
                 f.write(json.dumps(record) + "\n")
                 positions += 1
-                missed += record["student"] != record["moves"][-1]
-            print(f"game {g + 1}: {positions} labelled positions, the model's move another in "
+                played = record["student"] == record["moves"][-1]
+                missed += not played
+                found[record["mate_in"]][0] += 1
+                found[record["mate_in"]][1] += played
+            print(f"game {games}: {positions} labelled positions, the model's move another in "
                   f"{missed}; {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    print(json.dumps({"games": games, "positions": positions, "mates": {
+        str(n): {"positions": p, "model_played": k,
+                 "share": round(k / p, 4) if p else None} for n, (p, k) in found.items()}}))
     return 0
 
 
