@@ -11,28 +11,10 @@ from __future__ import annotations
 from apps.xiangqi import movegen
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import Move
+from apps.xiangqi.search import ScratchBoard
 
 
-class _MateSearch:
-    def __init__(self, board: Board) -> None:
-        self.b = board._board.copy()
-        self.kings = list(board._kings)
-
-    def _make(self, fr: int, to: int) -> int:
-        b = self.b
-        moved, captured = b[fr], b[to]
-        b[to], b[fr] = moved, 0
-        if moved == 1 or moved == -1:
-            self.kings[moved > 0] = to
-        return captured
-
-    def _unmake(self, fr: int, to: int, captured: int) -> None:
-        b = self.b
-        moved = b[to]
-        b[fr], b[to] = moved, captured
-        if moved == 1 or moved == -1:
-            self.kings[moved > 0] = fr
-
+class _MateSearch(ScratchBoard):
     def _checks_first(self, red: bool, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Moves that give check before the others: most mates are delivered with check."""
         them = not red

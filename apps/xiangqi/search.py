@@ -58,12 +58,13 @@ def _gain(b: list[int], fr: int, to: int) -> float:
     return gain
 
 
-class _Search:
-    def __init__(self, board: Board, config: SearchConfig) -> None:
+class ScratchBoard:
+    """A board's squares and generals' places, copied, with make/unmake that skip ``Board``'s
+    bookkeeping (history, hashes, repetition): the inner loop of a search."""
+
+    def __init__(self, board: Board) -> None:
         self.b = board._board.copy()
         self.kings = list(board._kings)
-        self.config = config
-        self.nodes = 0
 
     def _make(self, fr: int, to: int) -> int:
         b = self.b
@@ -79,6 +80,13 @@ class _Search:
         b[fr], b[to] = moved, captured
         if moved == 1 or moved == -1:
             self.kings[moved > 0] = fr
+
+
+class _Search(ScratchBoard):
+    def __init__(self, board: Board, config: SearchConfig) -> None:
+        super().__init__(board)
+        self.config = config
+        self.nodes = 0
 
     def _ordered(self, pairs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         """Captures first, most valuable victim then least valuable attacker (MVV-LVA)."""
