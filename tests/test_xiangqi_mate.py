@@ -173,6 +173,9 @@ def test_the_cli_writes_records_the_training_driver_reads(
     assert [g.moves[-1] for g in games] == ["b0b9", "b0b9", "b0b9"]
     with pytest.raises(SystemExit):
         main([str(match), "--out", str(out)])  # never overwrites
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "typo.json"), "--out", str(tmp_path / "never.jsonl.gz")])
+    assert not (tmp_path / "never.jsonl.gz").exists()
     progress = tmp_path / "gen.jsonl"  # a match's --progress file: one game per line
     progress.write_text(json.dumps(_game("d0d1 e9f9 a8f8")) + "\n")
     again = tmp_path / "again.jsonl.gz"

@@ -1,7 +1,7 @@
 """Mate labels for the Xiangqi player: the positions of its own games where it could force a win.
 
 Against the random mover the model alone ends far ahead in material but mates slowly: in 100
-games played to 300 plies it had a mate in one on 598 of its moves and played it on 90
+games played to 300 plies it had a mate in one on 614 of its moves and played one on 93
 (docs/xiangqi-model.md). Its games are the positions to teach from (the DAgger argument of
 ``apps/xiangqi/teacher.py``), and the label here is exact: the move that forces the opponent out
 of legal moves soonest (:func:`apps.xiangqi.mate.mating_moves`), not a searched guess.
@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if out.exists():
         parser.error(f"{out} exists; give another --out")
+    missing = [m for m in args.matches if not Path(m).is_file()]
+    if missing:  # before --out is created, so a typo leaves no empty output behind
+        parser.error(f"no such match file: {', '.join(missing)}")
     out.parent.mkdir(parents=True, exist_ok=True)
     t0, positions, missed, games = time.monotonic(), 0, 0, 0
     # per mate length: positions, and those where the model's move was one of the fastest wins
