@@ -115,6 +115,35 @@ def test_row_uses_the_decoder_layout_and_holds_the_gold_move(
     assert tokenizer.decode(answer).replace(" ", "") == ex.gold
 
 
+def test_row_options_are_the_legal_moves_and_the_option_loss_is_the_players_probability(
+    games: list[GameRecord], tokenizer: Any, tiny: Any
+) -> None:
+    """exp(-option loss) of a row is the probability the player's scoring decoder gives the
+    master's move: the loss trains what the player ranks by."""
+    from decision.joint.engine import decide
+    from decision.train.option_loss import gold_option_log_probs
+    from decision.train.rows import collate
+
+    special = special_ids(tokenizer)
+    game = games[2]
+    ex = example_at(board_at(game, 9), game.moves[9])
+    row = encode_example(ex, tokenizer, special)
+    options = ex.question["answer"]["options"]
+    assert len(row.options) == len(options) > 1
+    assert row.block_ids[row.options_start : row.options_start + len(row.options[0])] \
+        == list(row.options[options.index(ex.gold)])
+    batch = collate([row], special.pad)
+    with torch.no_grad():
+        cache = tiny.prefill(batch.history_ids, batch.history_mask, batch.history_segments)
+        log_p = gold_option_log_probs(
+            lambda ids: tiny.denoise(ids, cache, batch.block_mask, batch.block_segments),
+            batch.block_ids, batch.scored_slots, special.mask)
+    decision = decide(tiny, ex.document, [ex.question], return_probabilities=True,
+                      score_options=True)
+    want = decision.answers[0].option_probabilities[ex.gold]
+    assert abs(float(log_p.exp()[0]) - want) < 1e-4
+
+
 def test_sampling_is_deterministic_and_weights_fragments(games: list[GameRecord]) -> None:
     a = sample_positions(games, 50, seed=3)
     assert a == sample_positions(games, 50, seed=3)

@@ -188,14 +188,19 @@ def encode_example(
     tokenizer: Tokenizer,
     special: SpecialIds,
     option_lengths: dict[str, int] | None = None,
+    option_ids: dict[str, tuple[int, ...]] | None = None,
 ) -> Row:
-    """Lay an example out as the decoder does, with the gold move in the slot (EOS-padded).
+    """Lay an example out as the decoder does, with the gold move in the slot (EOS-padded) and
+    every legal move as the row's options (``Row.options``, for the option loss).
 
-    ``option_lengths``: a :func:`slot_budget` cache kept by the caller for this tokenizer.
+    ``option_lengths`` and ``option_ids``: a :func:`slot_budget` cache and an option -> token
+    ids cache kept by the caller for this tokenizer.
     """
-    encode = tokenizer_context(tokenizer).canonical_ids  # as the decoder encodes text
+    context = tokenizer_context(tokenizer)
+    encode = context.canonical_ids  # as the decoder encodes text
 
-    budget = slot_budget(tokenizer, ex.question["answer"]["options"], option_lengths)
+    options = ex.question["answer"]["options"]
+    budget = slot_budget(tokenizer, options, option_lengths)
     layout = build_layout(
         special, encode(ex.document), [encode(ex.question["text"])], [budget], [encode(ex.gold)]
     )
@@ -203,6 +208,12 @@ def encode_example(
     slot_of = [-1] * len(layout.block)
     for span in block_slots:
         slot_of[span.start : span.end] = [span.question] * span.length
+    # the options as the engine scores them: canonical tokens, [EOS]-padded to the slot
+    known = {} if option_ids is None else option_ids
+    for option in options:
+        if option not in known:
+            known[option] = tuple(encode(option))
+    padded = tuple((*known[o], *[special.eos] * (budget - len(known[o]))) for o in options)
     return Row(
         history_ids=layout.history_ids,
         history_segments=layout.history_segments,
@@ -212,6 +223,8 @@ def encode_example(
         roles=[ROLE_PLAIN],
         kind=KIND_STANDALONE,
         meta={"gold": ex.gold},
+        options=padded,
+        options_start=block_slots[0].start,
     )
 
 
@@ -232,6 +245,7 @@ class MoveRowSource:
         self.tokenizer = tokenizer
         self.special = special_ids(tokenizer)
         self._option_lengths: dict[str, int] = {}
+        self._option_ids: dict[str, tuple[int, ...]] = {}
 
     def example(self, i: int) -> MoveExample:
         for k in range(len(self.refs)):
@@ -243,4 +257,5 @@ class MoveRowSource:
         raise DecisionInputError("every sampled position has a single legal move", "refs")
 
     def row(self, i: int) -> Row:
-        return encode_example(self.example(i), self.tokenizer, self.special, self._option_lengths)
+        return encode_example(self.example(i), self.tokenizer, self.special, self._option_lengths,
+                              self._option_ids)

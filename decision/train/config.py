@@ -64,6 +64,9 @@ class DataSection:
     # How masked tokens are weighted (masking.diffusion_loss): "row_mean" (each row's mean
     # cross-entropy over its masked tokens, rows weighted equally) or "elbo" (MDLM's 1/rate).
     loss_weighting: str = "row_mean"
+    # Weight of the option loss (option_loss.py: -log of the option scorer's probability of the
+    # gold option) added to the diffusion loss, on rows that carry their options; 0 = off.
+    option_loss_weight: float = 0.0
     val_groups: int = 64  # held-out groups scored every eval_every steps
     # Focus: a share `p_focus` of rows are standalone items of a question whose type is in
     # `focus_qtypes` (the types a model still gets wrong), taken from the first of the next
@@ -306,6 +309,9 @@ def _check(cfg: TrainConfig) -> None:
             f"data.loss_weighting must be one of {LOSS_WEIGHTINGS}, got {d.loss_weighting!r}",
             "data.loss_weighting",
         )
+    if d.option_loss_weight < 0:
+        raise DecisionInputError("data.option_loss_weight must be >= 0",
+                                 "data.option_loss_weight")
     if not 0 <= d.p_extraction_visible <= 1:
         raise DecisionInputError("data.p_extraction_visible must lie in [0, 1]", "data")
     if not 0 < d.extraction_rate_scale <= 1:

@@ -29,6 +29,7 @@ from decision.errors import CheckpointError, DecisionInputError, TrainingError
 from decision.train.batches import StepBatches
 from decision.train.config import TrainConfig
 from decision.train.masking import apply_mask, diffusion_loss, sample_t, slot_rates
+from decision.train.option_loss import BlockDenoiser, option_loss
 from decision.train.rows import Batch, Row, collate
 
 STATE_FILE = "trainer_state.pt"
@@ -173,6 +174,9 @@ def batch_loss(
     loss being their mean: K Monte-Carlo samples of the same objective for about the cost of one
     history pass plus K block passes (the block is ~10x shorter than the history), i.e. several
     times more supervised tokens per second. Gradients flow into the shared cache.
+
+    With ``data.option_loss_weight = w > 0``, rows that carry their options (``Row.options``)
+    add ``w`` times the option loss (option_loss.py), its block forwards on the same cache.
     """
     draws = cfg.run.denoise_draws
     device = device or torch.device("cpu")
@@ -180,7 +184,8 @@ def batch_loss(
         torch.autocast(device.type, dtype=torch.bfloat16) if cfg.run.autocast_bf16
         else nullcontext()
     )
-    shared = draws > 1 and hasattr(model, "prefill") and hasattr(model, "denoise")
+    scored = cfg.data.option_loss_weight > 0 and bool(batch.scored_slots)
+    shared = (draws > 1 or scored) and hasattr(model, "prefill") and hasattr(model, "denoise")
     on = batch.to(device)
     total = torch.zeros((), device=device)
     with ctx:
@@ -210,7 +215,24 @@ def batch_loss(
                 )
             loss = diffusion_loss(logits, on.block_ids, mb, cfg.data.loss_weighting)
             total = total + loss
-    return total / (draws if shared else 1)
+        total = total / (draws if shared else 1)
+        if scored:
+            total = total + cfg.data.option_loss_weight * option_loss(
+                _block_denoiser(model, on, cache), on.block_ids, batch.scored_slots,
+                mask_token_id,
+            )
+    return total
+
+
+def _block_denoiser(model: TrainableModel, on: Batch, cache: Any) -> BlockDenoiser:
+    """Block ids -> logits for ``on``'s rows: on the shared history cache when there is one."""
+    def denoise(ids: torch.Tensor) -> torch.Tensor:
+        if cache is not None:
+            return model.denoise(ids, cache, on.block_mask, on.block_segments)  # type: ignore[attr-defined]
+        return model(on.history_ids, ids, history_mask=on.history_mask,
+                     block_mask=on.block_mask, history_segments=on.history_segments,
+                     block_segments=on.block_segments)
+    return denoise
 
 
 def save_checkpoint(

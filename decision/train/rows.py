@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
+from decision.joint.scoring import SlotOptions
 from decision.train.masking import ROLE_ABSENT
 
 KIND_JOINT = "joint"
@@ -29,6 +30,10 @@ class Row:
     roles: list[int]
     kind: str
     meta: dict = field(default_factory=dict)
+    # A choice slot's options (token ids, [EOS]-padded to the slot) and the slot's start in the
+    # block, for the option loss (option_loss.py); () when the row has none.
+    options: tuple[tuple[int, ...], ...] = ()
+    options_start: int = -1
 
     def __post_init__(self) -> None:
         n_h, n_b = len(self.history_ids), len(self.block_ids)
@@ -38,6 +43,13 @@ class Row:
             raise ValueError("block ids/segments/slot_of must have the same, non-zero length")
         if self.slot_of and max(self.slot_of) >= len(self.roles):
             raise ValueError("slot_of refers to a slot without a role")
+        if self.options:
+            length = len(self.options[0])
+            if not 0 <= self.options_start <= n_b - length:
+                raise ValueError("options_start does not place the options' slot in the block")
+            if tuple(self.block_ids[self.options_start : self.options_start + length]) \
+                    not in self.options:
+                raise ValueError("the block's answer is not among the row's options")
 
 
 @dataclass
@@ -53,6 +65,7 @@ class Batch:
     slot_of: torch.Tensor
     roles: torch.Tensor
     n_tokens: int  # real history + block tokens: what the tokens/s figure counts
+    scored_slots: tuple[SlotOptions, ...] = ()  # the rows' options (Row.options), by batch row
 
     def to(self, device: torch.device) -> Batch:
         """The same batch on ``device`` (tensors already there are not copied)."""
@@ -90,4 +103,6 @@ def collate(rows: list[Row], pad_token_id: int) -> Batch:
         slot_of=_pad([r.slot_of for r in rows], -1),
         roles=roles,
         n_tokens=int(hist_mask.sum() + block_mask.sum()),
+        scored_slots=tuple(SlotOptions(b, r.options_start, r.options)
+                           for b, r in enumerate(rows) if r.options),
     )
