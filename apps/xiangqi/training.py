@@ -196,8 +196,7 @@ def encode_example(
     ``option_lengths`` and ``option_ids``: a :func:`slot_budget` cache and an option -> token
     ids cache kept by the caller for this tokenizer.
     """
-    context = tokenizer_context(tokenizer)
-    encode = context.canonical_ids  # as the decoder encodes text
+    encode = tokenizer_context(tokenizer).canonical_ids  # as the decoder encodes text
 
     options = ex.question["answer"]["options"]
     budget = slot_budget(tokenizer, options, option_lengths)

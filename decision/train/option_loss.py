@@ -11,7 +11,7 @@ Xiangqi player, the gold move against the other legal moves.
 
 For one slot of ``L`` tokens and the orders ``(left_to_right, right_to_left)`` it takes ``2L - 1``
 forwards of the block (the first level is the fully masked slot in both orders), each with the
-gold's tokens fixed at the positions before, wherever the options still disagree.
+gold's tokens fixed at the positions scored before; a factor with a single candidate token is 1.
 """
 
 from __future__ import annotations
