@@ -162,7 +162,7 @@ def test_row_source_skips_forced_moves(games: list[GameRecord], tokenizer: Any) 
         ex = source.example(i)
         assert len(ex.question["answer"]["options"]) > 1
         assert source.row(i).block_ids == source.row(i).block_ids  # pure function of i
-        # the source's cached option lengths lay the row out as an uncached encoding does
+        # the source's cached option ids lay the row out as an uncached encoding does
         fresh = encode_example(ex, tokenizer, special_ids(tokenizer))
         assert (source.row(i).history_ids, source.row(i).block_ids) == (
             fresh.history_ids, fresh.block_ids)

@@ -15,7 +15,7 @@ training run touches ~10^5 positions out of 2.2M, and replaying costs ~40 us a p
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,42 +164,28 @@ def tokenizer_corpus(games: Sequence[GameRecord], count: int, seed: int) -> Iter
         yield ex.gold
 
 
-def slot_budget(
-    tokenizer: Tokenizer, options: Iterable[str], lengths: dict[str, int] | None = None
-) -> int:
-    """The engine's slot length for a choice (``ChoiceAnswer.budget``): the longest option.
-
-    ``lengths`` caches each option's token count across calls for this tokenizer (there are
-    at most a few thousand ICCS moves; encoding a position's ~40 options was half of a
-    training row's cost).
-    """
-    cache = {} if lengths is None else lengths
-    longest = 0
-    for option in options:
-        n = cache.get(option)
-        if n is None:
-            n = cache[option] = tokenizer_context(tokenizer).count_tokens(option)
-        longest = max(longest, n)
-    return longest
-
-
 def encode_example(
     ex: MoveExample,
     tokenizer: Tokenizer,
     special: SpecialIds,
-    option_lengths: dict[str, int] | None = None,
     option_ids: dict[str, tuple[int, ...]] | None = None,
 ) -> Row:
     """Lay an example out as the decoder does, with the gold move in the slot (EOS-padded) and
     every legal move as the row's options (``Row.options``, for the option loss).
 
-    ``option_lengths`` and ``option_ids``: a :func:`slot_budget` cache and an option -> token
-    ids cache kept by the caller for this tokenizer.
+    ``option_ids``: an option -> token ids cache kept by the caller for this tokenizer (there
+    are at most a few thousand ICCS moves; encoding a position's ~40 options was half of a
+    training row's cost). The slot's length is the engine's (``ChoiceAnswer.budget``): the
+    longest option.
     """
     encode = tokenizer_context(tokenizer).canonical_ids  # as the decoder encodes text
 
     options = ex.question["answer"]["options"]
-    budget = slot_budget(tokenizer, options, option_lengths)
+    known = {} if option_ids is None else option_ids
+    for option in options:
+        if option not in known:
+            known[option] = tuple(encode(option))
+    budget = max(len(known[o]) for o in options)
     layout = build_layout(
         special, encode(ex.document), [encode(ex.question["text"])], [budget], [encode(ex.gold)]
     )
@@ -208,10 +194,6 @@ def encode_example(
     for span in block_slots:
         slot_of[span.start : span.end] = [span.question] * span.length
     # the options as the engine scores them: canonical tokens, [EOS]-padded to the slot
-    known = {} if option_ids is None else option_ids
-    for option in options:
-        if option not in known:
-            known[option] = tuple(encode(option))
     padded = tuple((*known[o], *[special.eos] * (budget - len(known[o]))) for o in options)
     return Row(
         history_ids=layout.history_ids,
@@ -243,7 +225,6 @@ class MoveRowSource:
         self.refs = list(refs)
         self.tokenizer = tokenizer
         self.special = special_ids(tokenizer)
-        self._option_lengths: dict[str, int] = {}
         self._option_ids: dict[str, tuple[int, ...]] = {}
 
     def example(self, i: int) -> MoveExample:
@@ -256,5 +237,4 @@ class MoveRowSource:
         raise DecisionInputError("every sampled position has a single legal move", "refs")
 
     def row(self, i: int) -> Row:
-        return encode_example(self.example(i), self.tokenizer, self.special, self._option_lengths,
-                              self._option_ids)
+        return encode_example(self.example(i), self.tokenizer, self.special, self._option_ids)
