@@ -23,6 +23,7 @@ from apps.xiangqi.evaluate import (
 from apps.xiangqi.model_player import XIANGQI_CHECKPOINT, ModelPlayer
 from apps.xiangqi.render import move_question, position_document
 from apps.xiangqi.search import SearchConfig
+from apps.xiangqi.symmetry import Symmetry
 from apps.xiangqi.train_player import load_player_config
 from apps.xiangqi.training import (
     GameRecord,
@@ -166,6 +167,35 @@ def test_row_source_skips_forced_moves(games: list[GameRecord], tokenizer: Any) 
         fresh = encode_example(ex, tokenizer, special_ids(tokenizer))
         assert (source.row(i).history_ids, source.row(i).block_ids) == (
             fresh.history_ids, fresh.block_ids)
+
+
+def test_mirror_share_mirrors_position_and_gold_deterministically(
+    games: list[GameRecord], tokenizer: Any
+) -> None:
+    refs = sample_positions(games, 40, seed=2)
+    plain = MoveRowSource(games, refs, tokenizer)
+    half = MoveRowSource(games, refs, tokenizer, mirror_share=0.5, seed=9)
+    flags = [half.mirrored(i) for i in range(40)]
+    assert flags == [MoveRowSource(games, refs, tokenizer, 0.5, 9).mirrored(i) for i in range(40)]
+    assert 5 < sum(flags) < 35  # about half, and both kinds present
+    assert flags != [MoveRowSource(games, refs, tokenizer, 0.5, 10).mirrored(i) for i in range(40)]
+    assert not any(plain.mirrored(i) for i in range(40))
+    assert all(MoveRowSource(games, refs, tokenizer, 1.0).mirrored(i) for i in range(40))
+    for i in range(12):
+        ex, orig = half.example(i), plain.example(i)
+        if not flags[i]:
+            assert ex == orig
+            continue
+        # the mirror's document has the same pieces with the files reversed, and the gold move
+        # is the master's move in the mirror, among the mirrored position's legal moves
+        grid = [line[2:] for line in orig.document.splitlines()[2:12]]
+        assert [line[2:] for line in ex.document.splitlines()[2:12]] == [r[::-1] for r in grid]
+        assert ex.gold == Symmetry(mirror=True).iccs(orig.gold)
+        assert ex.gold in ex.question["answer"]["options"]
+        assert sorted(ex.question["answer"]["options"]) == sorted(
+            Symmetry(mirror=True).iccs(m) for m in orig.question["answer"]["options"])
+    with pytest.raises(DecisionInputError, match="mirror_share"):
+        MoveRowSource(games, refs, tokenizer, mirror_share=1.5)
 
 
 def test_tiny_training_run_loss_is_finite_and_falls(
@@ -333,6 +363,7 @@ def test_player_config_values_are_checked_before_the_games_load(
     for section, words in [
         ({"xiangqi": {"train_positions": "many"}}, "train_positions must be int"),
         ({"xiangqi": {"val_positions": 0}}, "must be >= 1"),
+        ({"xiangqi": {"mirror_share": 2}}, "mirror_share must be in [0, 1]"),
         ({"train": {"data": {"task": "contracts"}}}, "this driver trains 'xiangqi'"),
         ({"xiangqi": {"train_games": str(tmp_path / "none.jsonl.gz")}}, "cannot read games file"),
     ]:

@@ -84,6 +84,9 @@ class XiangqiSection:
     # ("": none).
     teacher_games: str = ""
     teacher_share: float = 0.0
+    # Augmentation: this share of the training rows shows the position and the master's move
+    # mirrored left to right (MoveRowSource); 0 keeps every row as played.
+    mirror_share: float = 0.0
 
 
 def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
@@ -113,6 +116,8 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
         raise DecisionInputError("xiangqi.fragment_weight must be >= 0", "xiangqi.fragment_weight")
     if not 0.0 <= xq.teacher_share <= 1.0:
         raise DecisionInputError("xiangqi.teacher_share must be in [0, 1]", "xiangqi.teacher_share")
+    if not 0.0 <= xq.mirror_share <= 1.0:
+        raise DecisionInputError("xiangqi.mirror_share must be in [0, 1]", "xiangqi.mirror_share")
     if xq.teacher_share > 0 and not xq.teacher_games:
         raise DecisionInputError("xiangqi.teacher_share > 0 needs xiangqi.teacher_games",
                                  "xiangqi.teacher_games")
@@ -199,7 +204,9 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         refs = mixed_positions(
             refs, last_ply_positions(taught, len(games), n_teacher, xq.seed + 3), xq.seed + 4)
         games = games + taught
-    source = MoveRowSource(games, refs, model.tokenizer)
+    source = MoveRowSource(games, refs, model.tokenizer, xq.mirror_share, xq.seed + 5)
+    if xq.mirror_share:
+        log(f"mirror: {xq.mirror_share:.0%} of the rows show the position mirrored")
     val = validation_examples(valid, xq.val_positions, xq.seed + 2)
     evals_path = out / "evals.jsonl"
 

@@ -26,6 +26,7 @@ from apps.xiangqi.board import Board
 from apps.xiangqi.core import Move
 from apps.xiangqi.dataset import iter_games, start_board
 from apps.xiangqi.render import move_question, position_document
+from apps.xiangqi.symmetry import Symmetry
 from decision.errors import DecisionInputError
 from decision.joint.layout import build_layout
 from decision.schemas.compile import tokenizer_context
@@ -34,6 +35,7 @@ from decision.train.masking import ROLE_PLAIN
 from decision.train.rows import KIND_STANDALONE, Row
 
 FULL_GAME_CATEGORY = "對局"  # "game record": complete games; the rest are fragments/exercises
+MIRROR = Symmetry(mirror=True)
 
 
 @dataclass(frozen=True)
@@ -215,17 +217,32 @@ class MoveRowSource:
     Positions with a single legal move are skipped (ModelPlayer never asks about them): row ``i``
     is the first usable reference at or after index ``i``, cycling over the sampled list (so the
     reference after a skipped one is used twice).
+
+    ``mirror_share`` (augmentation): that share of the rows, chosen by ``i`` and ``seed`` alone,
+    show the position mirrored left to right (files ``a`` <-> ``i``, history replayed in the
+    mirror) with the master's move mirrored too; the rules are the same in the mirror
+    (:mod:`apps.xiangqi.symmetry`), so the row is as true as the original.
     """
 
     def __init__(self, games: Sequence[GameRecord], refs: Sequence[PositionRef],
-                 tokenizer: Tokenizer) -> None:
+                 tokenizer: Tokenizer, mirror_share: float = 0.0, seed: int = 0) -> None:
         if not refs:
             raise DecisionInputError("no positions to train on", "refs")
+        if not 0.0 <= mirror_share <= 1.0:
+            raise DecisionInputError("mirror_share must be in [0, 1]", "mirror_share")
         self.games = games
         self.refs = list(refs)
         self.tokenizer = tokenizer
         self.special = special_ids(tokenizer)
+        self.mirror_share = mirror_share
+        self.seed = seed
         self._option_ids: dict[str, tuple[int, ...]] = {}
+
+    def mirrored(self, i: int) -> bool:
+        """Whether row ``i`` shows the mirror image (deterministic in ``seed`` and ``i``)."""
+        if self.mirror_share <= 0.0:
+            return False
+        return random.Random(f"mirror:{self.seed}:{i}").random() < self.mirror_share
 
     def example(self, i: int) -> MoveExample:
         for k in range(len(self.refs)):
@@ -233,6 +250,8 @@ class MoveRowSource:
             game = self.games[ref.game]
             board = board_at(game, ref.ply)
             if len(board.legal_moves) > 1:
+                if self.mirrored(i):
+                    return example_at(MIRROR.board(board), MIRROR.iccs(game.moves[ref.ply]))
                 return example_at(board, game.moves[ref.ply])
         raise DecisionInputError("every sampled position has a single legal move", "refs")
 
