@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tokenizers import Tokenizer  # noqa: E402
 
 from apps.xiangqi.evaluate import agreement_sample  # noqa: E402
-from apps.xiangqi.render import sorted_legal_iccs, tactics_lines  # noqa: E402
+from apps.xiangqi.render import legal_moves_line, sorted_legal_iccs, tactics_lines  # noqa: E402
 from apps.xiangqi.training import load_games  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         legal = sorted_legal_iccs(board)
         tactics = tactics_lines(board)
         parts["document"].append(length(example.document))
-        parts["legal_moves_line"].append(length(f"Legal moves ({len(legal)}): {' '.join(legal)}"))
+        parts["legal_moves_line"].append(length(legal_moves_line(legal)))
         parts["tactics_lines"].append(length("\n".join(tactics)) if tactics else 0)
         parts["question_text"].append(length(example.question["text"]))
     result = {"positions": len(parts["document"]), "seed": args.seed,

@@ -67,9 +67,14 @@ def position_document(board: Board) -> str:
         f"Last move: {last}. In check: {'yes' if board.is_check() else 'no'}."
     )
     return "\n".join(
-        [LEGEND, board_grid(board), status, f"Legal moves ({len(legal)}): {' '.join(legal)}",
+        [LEGEND, board_grid(board), status, legal_moves_line(legal),
          *tactics_lines(board, moves)]
     )
+
+
+def legal_moves_line(legal: list[str]) -> str:
+    """The document's line listing the legal moves (ICCS, sorted)."""
+    return f"Legal moves ({len(legal)}): {' '.join(legal)}"
 
 
 def _listing(title: str, items: list[str]) -> str:
