@@ -157,6 +157,19 @@ def test_sampling_is_deterministic_and_weights_fragments(games: list[GameRecord]
         sample_positions(games, 0, seed=1)
 
 
+def test_opening_draws_stay_before_max_ply_and_cover_short_games(
+    games: list[GameRecord],
+) -> None:
+    refs = sample_positions(games, 300, seed=3, max_ply=6)
+    assert refs == sample_positions(games, 300, seed=3, max_ply=6)
+    assert all(0 <= r.ply < min(6, len(games[r.game].moves)) for r in refs)
+    assert {r.ply for r in refs} == set(range(6))  # every opening ply is drawn, not only ply 0
+    short = [GameRecord(games[0].start_fen, games[0].moves[:2], games[0].category)]
+    assert {r.ply for r in sample_positions(short, 50, seed=1, max_ply=6)} == {0, 1}
+    with pytest.raises(DecisionInputError, match="max_ply"):
+        sample_positions(games, 5, seed=1, max_ply=0)
+
+
 def test_row_source_skips_forced_moves(games: list[GameRecord], tokenizer: Any) -> None:
     source = MoveRowSource(games, sample_positions(games, 20, seed=2), tokenizer)
     for i in range(5):
@@ -306,8 +319,11 @@ def test_shipped_model_loads_and_plays_legal_moves(games: list[GameRecord]) -> N
             assert player.choose(board) in board.legal_moves
 
 
-def test_init_from_trains_on_from_a_saved_player(tiny: Any, tmp_path: Path) -> None:
-    """--init-from: a fresh run starts from a model directory's weights and tokenizer."""
+def test_init_from_trains_on_from_a_saved_player(
+    tiny: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--init-from: a fresh run starts from a model directory's weights and tokenizer (here
+    with half of its draws from the openings)."""
     from apps.xiangqi.train_player import main
     from decision.model import load_model
 
@@ -320,11 +336,13 @@ def test_init_from_trains_on_from_a_saved_player(tiny: Any, tmp_path: Path) -> N
                   "run": {"out_dir": str(tmp_path / "run"), "max_steps": 2, "eval_every": 1000,
                           "threads": 1, "log_every": 1}},
         "xiangqi": {"train_games": str(VALID), "valid_games": str(VALID),
-                    "train_positions": 8, "val_positions": 2},
+                    "train_positions": 8, "val_positions": 2, "opening_share": 0.5,
+                    "opening_plies": 4},
     }))
     export = tmp_path / "export"
     assert main(["--config", str(config), "--init-from", str(start),
                  "--export", str(export)]) == 0
+    assert "openings: 4 of 8 master draws from plies < 4" in capsys.readouterr().err
     trained = load_model(export, dtype=torch.float32)
     assert trained.tokenizer.to_str() == tiny.tokenizer.to_str()  # not a new tokenizer
     before = dict(tiny.named_parameters())
@@ -364,6 +382,8 @@ def test_player_config_values_are_checked_before_the_games_load(
         ({"xiangqi": {"train_positions": "many"}}, "train_positions must be int"),
         ({"xiangqi": {"val_positions": 0}}, "must be >= 1"),
         ({"xiangqi": {"mirror_share": 2}}, "mirror_share must be in [0, 1]"),
+        ({"xiangqi": {"opening_share": -0.1}}, "opening_share must be in [0, 1]"),
+        ({"xiangqi": {"opening_plies": 0}}, "opening_plies must be >= 1"),
         ({"train": {"data": {"task": "contracts"}}}, "this driver trains 'xiangqi'"),
         ({"xiangqi": {"train_games": str(tmp_path / "none.jsonl.gz")}}, "cannot read games file"),
     ]:

@@ -87,6 +87,11 @@ class XiangqiSection:
     # Augmentation: this share of the training rows shows the position and the master's move
     # mirrored left to right (MoveRowSource); 0 keeps every row as played.
     mirror_share: float = 0.0
+    # This share of the master draws comes from the plies before ``opening_plies`` only (where
+    # validation positions repeat training ones and a master's move is most predictable); 0
+    # draws every master position uniformly over all plies.
+    opening_share: float = 0.0
+    opening_plies: int = 30
 
 
 def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
@@ -118,6 +123,10 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
         raise DecisionInputError("xiangqi.teacher_share must be in [0, 1]", "xiangqi.teacher_share")
     if not 0.0 <= xq.mirror_share <= 1.0:
         raise DecisionInputError("xiangqi.mirror_share must be in [0, 1]", "xiangqi.mirror_share")
+    if not 0.0 <= xq.opening_share <= 1.0:
+        raise DecisionInputError("xiangqi.opening_share must be in [0, 1]", "xiangqi.opening_share")
+    if xq.opening_plies < 1:
+        raise DecisionInputError("xiangqi.opening_plies must be >= 1", "xiangqi.opening_plies")
     if xq.teacher_share > 0 and not xq.teacher_games:
         raise DecisionInputError("xiangqi.teacher_share > 0 needs xiangqi.teacher_games",
                                  "xiangqi.teacher_games")
@@ -195,8 +204,15 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
     n_teacher = round(xq.teacher_share * xq.train_positions)
-    refs = sample_positions(games, xq.train_positions - n_teacher, xq.seed, xq.fragment_weight) \
-        if n_teacher < xq.train_positions else []
+    n_master = xq.train_positions - n_teacher
+    n_opening = round(xq.opening_share * n_master)
+    refs = sample_positions(games, n_master - n_opening, xq.seed, xq.fragment_weight) \
+        if n_opening < n_master else []
+    if n_opening:
+        log(f"openings: {n_opening} of {n_master} master draws from plies < {xq.opening_plies}")
+        refs = mixed_positions(
+            refs, sample_positions(games, n_opening, xq.seed + 6, xq.fragment_weight,
+                                   xq.opening_plies), xq.seed + 7)
     if xq.teacher_games:
         taught = load_games(xq.teacher_games)
         log(f"teacher: {len(taught)} labelled positions from {xq.teacher_games}, "

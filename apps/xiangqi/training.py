@@ -118,15 +118,20 @@ def sample_positions(
     count: int,
     seed: int,
     fragment_weight: float = 1.0,
+    max_ply: int | None = None,
 ) -> list[PositionRef]:
-    """``count`` positions drawn (with replacement) over every ply of every game.
+    """``count`` positions drawn (with replacement) over every ply of every game, or over the
+    plies before ``max_ply`` only (the openings).
 
     Each ply of a full game has weight 1 and each ply of a fragment (opening, middlegame, endgame,
     tactics collections) ``fragment_weight``; draws are deterministic in ``seed``.
     """
     if count < 1 or not games:
         raise DecisionInputError("need at least one game and count >= 1", "count")
-    refs = [(g, len(game.moves)) for g, game in enumerate(games) if game.moves]
+    if max_ply is not None and max_ply < 1:
+        raise DecisionInputError("max_ply must be >= 1", "max_ply")
+    limit = len if max_ply is None else (lambda moves: min(len(moves), max_ply))
+    refs = [(g, limit(game.moves)) for g, game in enumerate(games) if game.moves]
     weights = [n * (1.0 if games[g].is_full_game else fragment_weight) for g, n in refs]
     rng = random.Random(seed)
     chosen = rng.choices(range(len(refs)), weights=weights, k=count)
@@ -148,10 +153,11 @@ def last_ply_positions(
 
 
 def mixed_positions(
-    master: list[PositionRef], teacher: list[PositionRef], seed: int
+    first: list[PositionRef], second: list[PositionRef], seed: int
 ) -> list[PositionRef]:
-    """Master and teacher positions interleaved in one deterministic shuffle."""
-    refs = master + teacher
+    """Two lists of positions (master and teacher ones, all plies and openings) interleaved in
+    one deterministic shuffle."""
+    refs = first + second
     random.Random(seed).shuffle(refs)
     return refs
 
