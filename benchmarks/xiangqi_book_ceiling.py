@@ -1,0 +1,110 @@
+"""How much of the agreement on positions seen in training a lookup of the training games gets.
+
+    .venv/bin/python benchmarks/xiangqi_book_ceiling.py --agreement AGREE.json \
+        [--positions 10000] [--seed 41]
+
+A validation position is "seen" when the same placement and side to move occurs in a training
+game (``apps.xiangqi.evaluate.position_key``; the agreement's "unseen" split is its complement).
+For each seen position of the agreement sample (the same ``--positions`` and ``--seed`` as the
+``evaluate agreement`` run that wrote ``AGREE.json``) this counts the moves the training games
+played there and asks whether the most frequent one (a "book", ties broken by first
+occurrence) is the master's move, beside the model's answer from ``AGREE.json``. It is a
+reference for what memorising the training games could give, not a player: the book has no
+move for the unseen positions. Prints JSON: seen positions, book and model agreement on them,
+by ply (tens) and by how often the position occurs in training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from apps.xiangqi.evaluate import SamplePosition, agreement_sample, position_key  # noqa: E402
+from apps.xiangqi.training import GameRecord, iter_positions, load_games  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "xiangqi"
+PLY_BUCKETS = (0, 10, 20, 30)  # the last bucket is "30 and later"
+COUNT_BUCKETS = ((1, 1), (2, 4), (5, 19), (20, None))
+
+
+def training_moves(games: Iterable[GameRecord], keys: set[int]) -> dict[int, Counter[str]]:
+    """For each position key in ``keys``, the moves the games played there, counted."""
+    counts: dict[int, Counter[str]] = defaultdict(Counter)
+    for game in games:
+        for board, move in iter_positions(game):
+            key = position_key(board)
+            if key in keys:
+                counts[key][move] += 1
+    return dict(counts)
+
+
+def _rate(hits: int, n: int) -> float | None:
+    return round(hits / n, 4) if n else None
+
+
+def ceiling(sample: Sequence[SamplePosition], counts: dict[int, Counter[str]],
+            results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Book and model agreement on the seen positions of ``sample`` (``results``: the
+    agreement run's per-position records, in sample order)."""
+    if len(results) != len(sample):
+        raise SystemExit(f"the agreement file has {len(results)} positions, the sample "
+                         f"{len(sample)}: give the --positions and --seed of its run")
+    table: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # n, book hits, model hits
+
+    def add(name: str, book: bool, model: bool) -> None:
+        row = table[name]
+        row[0] += 1
+        row[1] += book
+        row[2] += model
+
+    for position, result in zip(sample, results, strict=True):
+        gold = position.example.gold
+        if result["gold"] != gold or result["ply"] != position.ply:
+            raise SystemExit("the agreement file's positions are not this sample's: give the "
+                             "--positions and --seed of its run")
+        moves = counts.get(position.key)
+        if not moves:
+            continue
+        book = moves.most_common(1)[0][0] == gold
+        model = bool(result["hit"])
+        add("all", book, model)
+        start = max(b for b in PLY_BUCKETS if b <= position.ply)
+        add(f"ply {start}+" if start == PLY_BUCKETS[-1] else f"ply {start}-{start + 9}",
+            book, model)
+        n = sum(moves.values())
+        low, high = next((lo, hi) for lo, hi in COUNT_BUCKETS if hi is None or n <= hi)
+        add(f"in training {low}x" if low == high else
+            f"in training {low}+x" if high is None else f"in training {low}-{high}x", book, model)
+    return {name: {"positions": n, "book": _rate(b, n), "model": _rate(m, n)}
+            for name, (n, b, m) in table.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agreement", type=Path, required=True,
+                        help="the --out file of an 'evaluate agreement' run")
+    parser.add_argument("--positions", type=int, default=10000)
+    parser.add_argument("--seed", type=int, default=41)
+    parser.add_argument("--train-games", type=Path, default=DATA / "train-games.jsonl.gz")
+    parser.add_argument("--valid-games", type=Path, default=DATA / "valid-games.jsonl.gz")
+    args = parser.parse_args(argv)
+    if args.positions < 1:
+        parser.error("--positions must be >= 1")
+    results = json.loads(args.agreement.read_text(encoding="utf-8"))["results"]
+    sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
+    counts = training_moves(load_games(args.train_games), {p.key for p in sample})
+    record = {"positions": len(sample), "seed": args.seed, "agreement": str(args.agreement),
+              "seen": ceiling(sample, counts, results)}
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
