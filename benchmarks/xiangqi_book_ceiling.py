@@ -26,12 +26,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from apps.xiangqi.evaluate import SamplePosition, agreement_sample, position_key  # noqa: E402
+from apps.xiangqi.evaluate import (  # noqa: E402
+    DATA,
+    SamplePosition,
+    agreement_sample,
+    position_key,
+)
 from apps.xiangqi.training import GameRecord, iter_positions, load_games  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "xiangqi"
-PLY_BUCKETS = (0, 10, 20, 30)  # the last bucket is "30 and later"
-COUNT_BUCKETS = ((1, 1), (2, 4), (5, 19), (20, None))
+# (last ply or training count of the bucket, its label); the last bucket takes the rest
+PLY_BUCKETS = ((9, "ply 0-9"), (19, "ply 10-19"), (29, "ply 20-29"), (None, "ply 30+"))
+COUNT_BUCKETS = ((1, "in training 1x"), (4, "in training 2-4x"), (19, "in training 5-19x"),
+                 (None, "in training 20+x"))
+
+
+def _bucket(value: int, buckets: tuple[tuple[int | None, str], ...]) -> str:
+    return next(label for last, label in buckets if last is None or value <= last)
 
 
 def training_moves(games: Iterable[GameRecord], keys: set[int]) -> dict[int, Counter[str]]:
@@ -74,14 +84,9 @@ def ceiling(sample: Sequence[SamplePosition], counts: dict[int, Counter[str]],
             continue
         book = moves.most_common(1)[0][0] == gold
         model = bool(result["hit"])
-        add("all", book, model)
-        start = max(b for b in PLY_BUCKETS if b <= position.ply)
-        add(f"ply {start}+" if start == PLY_BUCKETS[-1] else f"ply {start}-{start + 9}",
-            book, model)
-        n = sum(moves.values())
-        low, high = next((lo, hi) for lo, hi in COUNT_BUCKETS if hi is None or n <= hi)
-        add(f"in training {low}x" if low == high else
-            f"in training {low}+x" if high is None else f"in training {low}-{high}x", book, model)
+        for name in ("all", _bucket(position.ply, PLY_BUCKETS),
+                     _bucket(sum(moves.values()), COUNT_BUCKETS)):
+            add(name, book, model)
     return {name: {"positions": n, "book": _rate(b, n), "model": _rate(m, n)}
             for name, (n, b, m) in table.items()}
 

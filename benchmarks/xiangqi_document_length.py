@@ -21,12 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tokenizers import Tokenizer  # noqa: E402
 
-from apps.xiangqi.evaluate import agreement_sample  # noqa: E402
+from apps.xiangqi.evaluate import DATA, agreement_sample  # noqa: E402
 from apps.xiangqi.render import legal_moves_line, sorted_legal_iccs, tactics_lines  # noqa: E402
 from apps.xiangqi.training import load_games  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-VALID_GAMES = ROOT.parent / "shared" / "data" / "xiangqi" / "valid-games.jsonl.gz"
+VALID_GAMES = DATA / "valid-games.jsonl.gz"
 
 
 def summary(counts: list[int]) -> dict[str, float]:
