@@ -6,9 +6,9 @@
 A validation position is "seen" when the same placement and side to move occurs in a training
 game (``apps.xiangqi.evaluate.position_key``; the agreement's "unseen" split is its complement).
 For each seen position of the agreement sample (the same ``--positions`` and ``--seed`` as the
-``evaluate agreement`` run that wrote ``AGREE.json``) this counts the moves the training games
-played there and asks whether the most frequent one (a "book", ties broken by first
-occurrence) is the master's move, beside the model's answer from ``AGREE.json``. It is a
+``evaluate agreement`` run that wrote ``AGREE.json``) this asks whether the move the training
+games played there most often (``apps.xiangqi.book.MoveBook``, ties broken by first occurrence)
+is the master's move, beside the model's answer from ``AGREE.json``. It is a
 reference for what memorising the training games could give, not a player: the book has no
 move for the unseen positions. Prints JSON: seen positions, book and model agreement on them,
 by ply (tens) and by how often the position occurs in training.
@@ -19,20 +19,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from apps.xiangqi.book import MoveBook  # noqa: E402
 from apps.xiangqi.evaluate import (  # noqa: E402
     DATA,
     SamplePosition,
     agreement_sample,
-    position_key,
 )
-from apps.xiangqi.training import GameRecord, iter_positions, load_games  # noqa: E402
+from apps.xiangqi.training import load_games  # noqa: E402
 
 # (last ply or training count of the bucket, its label); the last bucket takes the rest
 PLY_BUCKETS = ((9, "ply 0-9"), (19, "ply 10-19"), (29, "ply 20-29"), (None, "ply 30+"))
@@ -44,22 +44,11 @@ def _bucket(value: int, buckets: tuple[tuple[int | None, str], ...]) -> str:
     return next(label for last, label in buckets if last is None or value <= last)
 
 
-def training_moves(games: Iterable[GameRecord], keys: set[int]) -> dict[int, Counter[str]]:
-    """For each position key in ``keys``, the moves the games played there, counted."""
-    counts: dict[int, Counter[str]] = defaultdict(Counter)
-    for game in games:
-        for board, move in iter_positions(game):
-            key = position_key(board)
-            if key in keys:
-                counts[key][move] += 1
-    return dict(counts)
-
-
 def _rate(hits: int, n: int) -> float | None:
     return round(hits / n, 4) if n else None
 
 
-def ceiling(sample: Sequence[SamplePosition], counts: dict[int, Counter[str]],
+def ceiling(sample: Sequence[SamplePosition], book: MoveBook,
             results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Book and model agreement on the seen positions of ``sample`` (``results``: the
     agreement run's per-position records, in sample order)."""
@@ -79,14 +68,13 @@ def ceiling(sample: Sequence[SamplePosition], counts: dict[int, Counter[str]],
         if result["gold"] != gold or result["ply"] != position.ply:
             raise SystemExit("the agreement file's positions are not this sample's: give the "
                              "--positions and --seed of its run")
-        moves = counts.get(position.key)
-        if not moves:
+        entry = book.most_common(position.key)
+        if entry is None:
             continue
-        book = moves.most_common(1)[0][0] == gold
         model = bool(result["hit"])
         for name in ("all", _bucket(position.ply, PLY_BUCKETS),
-                     _bucket(sum(moves.values()), COUNT_BUCKETS)):
-            add(name, book, model)
+                     _bucket(entry.total, COUNT_BUCKETS)):
+            add(name, entry.move == gold, model)
     return {name: {"positions": n, "book": _rate(b, n), "model": _rate(m, n)}
             for name, (n, b, m) in table.items()}
 
@@ -104,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--positions must be >= 1")
     results = json.loads(args.agreement.read_text(encoding="utf-8"))["results"]
     sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
-    counts = training_moves(load_games(args.train_games), {p.key for p in sample})
+    book = MoveBook.from_games((g.start_fen, g.moves) for g in load_games(args.train_games))
     record = {"positions": len(sample), "seed": args.seed, "agreement": str(args.agreement),
-              "seen": ceiling(sample, counts, results)}
+              "seen": ceiling(sample, book, results)}
     print(json.dumps(record, indent=2))
     return 0
 

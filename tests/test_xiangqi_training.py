@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from apps.xiangqi.board import Board
+from apps.xiangqi.book import MoveBook
 from apps.xiangqi.evaluate import (
     BatchingModel,
     agreement,
@@ -211,6 +212,38 @@ def test_mirror_share_mirrors_position_and_gold_deterministically(
         MoveRowSource(games, refs, tokenizer, mirror_share=1.5)
 
 
+def test_book_targets_label_recurring_positions_with_the_most_frequent_move(
+    games: list[GameRecord], tokenizer: Any
+) -> None:
+    book = MoveBook.from_games((g.start_fen, g.moves) for g in games)
+    refs = sample_positions(games, 30, seed=3, max_ply=4)  # openings: positions that recur
+    plain = MoveRowSource(games, refs, tokenizer)
+    booked = MoveRowSource(games, refs, tokenizer, book=book, book_min_count=2)
+    changed = 0
+    for i in range(30):
+        ref = refs[i]
+        board = board_at(games[ref.game], ref.ply)
+        if len(board.legal_moves) < 2:
+            continue
+        entry = book.most_common(board.zobrist_hash())
+        assert entry is not None and entry.total >= 1
+        expected = entry.move if entry.total >= 2 else games[ref.game].moves[ref.ply]
+        assert booked.example(i).gold == expected
+        assert plain.example(i).gold == games[ref.game].moves[ref.ply]
+        changed += expected != games[ref.game].moves[ref.ply]
+    assert changed > 0  # the openings of 40 games disagree somewhere
+    # teacher records (after book_games) keep their labels; mirrored rows mirror the book's move
+    teacher = MoveRowSource(games, refs, tokenizer, book=book, book_min_count=2, book_games=0)
+    assert [teacher.example(i) for i in range(10)] == [plain.example(i) for i in range(10)]
+    mirrored = MoveRowSource(games, refs, tokenizer, 1.0, book=book, book_min_count=2)
+    for i in range(10):
+        assert mirrored.example(i).gold == Symmetry(mirror=True).iccs(booked.example(i).gold)
+    with pytest.raises(DecisionInputError, match="book_min_count"):
+        MoveRowSource(games, refs, tokenizer, book_min_count=2)  # no book
+    with pytest.raises(DecisionInputError, match="book_min_count"):
+        MoveRowSource(games, refs, tokenizer, book=book, book_min_count=-1)
+
+
 def test_tiny_training_run_loss_is_finite_and_falls(
     games: list[GameRecord], tokenizer: Any, tmp_path: Path
 ) -> None:
@@ -384,6 +417,7 @@ def test_player_config_values_are_checked_before_the_games_load(
         ({"xiangqi": {"mirror_share": 2}}, "mirror_share must be in [0, 1]"),
         ({"xiangqi": {"opening_share": -0.1}}, "opening_share must be in [0, 1]"),
         ({"xiangqi": {"opening_plies": 0}}, "opening_plies must be >= 1"),
+        ({"xiangqi": {"book_min_count": -1}}, "book_min_count must be >= 0"),
         ({"train": {"data": {"task": "contracts"}}}, "this driver trains 'xiangqi'"),
         ({"xiangqi": {"train_games": str(tmp_path / "none.jsonl.gz")}}, "cannot read games file"),
     ]:

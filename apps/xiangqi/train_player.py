@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from apps.xiangqi.book import MoveBook
 from apps.xiangqi.model_player import MOVE_DECODER, decoder_options
 from apps.xiangqi.training import (
     GameRecord,
@@ -92,6 +93,9 @@ class XiangqiSection:
     # draws every master position uniformly over all plies.
     opening_share: float = 0.0
     opening_plies: int = 30
+    # Targets: a master position that the training games reach at least this often is labelled
+    # with their most frequent move there (apps/xiangqi/book.py); 0 keeps each game's own move.
+    book_min_count: int = 0
 
 
 def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
@@ -127,6 +131,8 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
         raise DecisionInputError("xiangqi.opening_share must be in [0, 1]", "xiangqi.opening_share")
     if xq.opening_plies < 1:
         raise DecisionInputError("xiangqi.opening_plies must be >= 1", "xiangqi.opening_plies")
+    if xq.book_min_count < 0:
+        raise DecisionInputError("xiangqi.book_min_count must be >= 0", "xiangqi.book_min_count")
     if xq.teacher_share > 0 and not xq.teacher_games:
         raise DecisionInputError("xiangqi.teacher_share > 0 needs xiangqi.teacher_games",
                                  "xiangqi.teacher_games")
@@ -213,6 +219,14 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         refs = mixed_positions(
             refs, sample_positions(games, n_opening, xq.seed + 6, xq.fragment_weight,
                                    xq.opening_plies), xq.seed + 7)
+    book = None
+    n_games = len(games)
+    if xq.book_min_count:
+        t = time.monotonic()
+        book = MoveBook.from_games((g.start_fen, g.moves) for g in games)
+        log(f"book: {len(book)} positions, {book.recurring(xq.book_min_count)} reached "
+            f">= {xq.book_min_count} times, labelled with their most frequent move "
+            f"({time.monotonic() - t:.1f} s)")
     if xq.teacher_games:
         taught = load_games(xq.teacher_games)
         log(f"teacher: {len(taught)} labelled positions from {xq.teacher_games}, "
@@ -220,7 +234,8 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         refs = mixed_positions(
             refs, last_ply_positions(taught, len(games), n_teacher, xq.seed + 3), xq.seed + 4)
         games = games + taught
-    source = MoveRowSource(games, refs, model.tokenizer, xq.mirror_share, xq.seed + 5)
+    source = MoveRowSource(games, refs, model.tokenizer, xq.mirror_share, xq.seed + 5,
+                           book, xq.book_min_count, n_games)
     if xq.mirror_share:
         log(f"mirror: {xq.mirror_share:.0%} of the rows show the position mirrored")
     val = validation_examples(valid, xq.val_positions, xq.seed + 2)

@@ -23,6 +23,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from apps.xiangqi.board import Board
+from apps.xiangqi.book import MoveBook
 from apps.xiangqi.core import Move
 from apps.xiangqi.dataset import iter_games, start_board
 from apps.xiangqi.render import move_question, position_document
@@ -228,14 +229,27 @@ class MoveRowSource:
     show the position mirrored left to right (files ``a`` <-> ``i``, history replayed in the
     mirror) with the master's move mirrored too; the rules are the same in the mirror
     (:mod:`apps.xiangqi.symmetry`), so the row is as true as the original.
+
+    ``book`` with ``book_min_count`` >= 1 (targets): a position of the first ``book_games``
+    games (the master games; teacher records after them keep their labels) that the book saw
+    at least ``book_min_count`` times is labelled with the book's most frequent move there
+    instead of the drawn game's move, so a recurring opening position always asks for one move.
     """
 
     def __init__(self, games: Sequence[GameRecord], refs: Sequence[PositionRef],
-                 tokenizer: Tokenizer, mirror_share: float = 0.0, seed: int = 0) -> None:
+                 tokenizer: Tokenizer, mirror_share: float = 0.0, seed: int = 0,
+                 book: MoveBook | None = None, book_min_count: int = 0,
+                 book_games: int | None = None) -> None:
         if not refs:
             raise DecisionInputError("no positions to train on", "refs")
         if not 0.0 <= mirror_share <= 1.0:
             raise DecisionInputError("mirror_share must be in [0, 1]", "mirror_share")
+        if book_min_count < 0 or (book_min_count > 0 and book is None):
+            raise DecisionInputError("book_min_count must be >= 0 and > 0 needs a book",
+                                     "book_min_count")
+        self.book = book if book_min_count > 0 else None
+        self.book_min_count = book_min_count
+        self.book_games = len(games) if book_games is None else book_games
         self.games = games
         self.refs = list(refs)
         self.tokenizer = tokenizer
@@ -256,10 +270,21 @@ class MoveRowSource:
             game = self.games[ref.game]
             board = board_at(game, ref.ply)
             if len(board.legal_moves) > 1:
+                gold = self.target(ref, board)
                 if self.mirrored(i):
-                    return example_at(MIRROR.board(board), MIRROR.iccs(game.moves[ref.ply]))
-                return example_at(board, game.moves[ref.ply])
+                    return example_at(MIRROR.board(board), MIRROR.iccs(gold))
+                return example_at(board, gold)
         raise DecisionInputError("every sampled position has a single legal move", "refs")
+
+    def target(self, ref: PositionRef, board: Board) -> str:
+        """The move row ``ref`` asks for: the game's, or the book's (see the class)."""
+        played = self.games[ref.game].moves[ref.ply]
+        if self.book is None or ref.game >= self.book_games:
+            return played
+        entry = self.book.most_common(board.zobrist_hash())
+        if entry is None or entry.total < self.book_min_count:
+            return played
+        return entry.move
 
     def row(self, i: int) -> Row:
         return encode_example(self.example(i), self.tokenizer, self.special, self._option_ids)
