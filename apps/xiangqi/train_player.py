@@ -39,6 +39,7 @@ from apps.xiangqi.training import (
     GameRecord,
     MoveExample,
     MoveRowSource,
+    PositionRef,
     board_at,
     example_at,
     last_ply_positions,
@@ -182,6 +183,20 @@ def top1(model: Any, examples: list[MoveExample]) -> float:
     return hits / max(1, len(examples))
 
 
+def master_refs(games: list[GameRecord], xq: XiangqiSection) -> list[PositionRef]:
+    """The run's draws of master positions: all but the ``teacher_share``, of which
+    ``opening_share`` come from the plies before ``opening_plies`` (deterministic in the seed)."""
+    n_master = xq.train_positions - round(xq.teacher_share * xq.train_positions)
+    n_opening = round(xq.opening_share * n_master)
+    refs = sample_positions(games, n_master - n_opening, xq.seed, xq.fragment_weight) \
+        if n_opening < n_master else []
+    if n_opening:
+        refs = mixed_positions(
+            refs, sample_positions(games, n_opening, xq.seed + 6, xq.fragment_weight,
+                                   xq.opening_plies), xq.seed + 7)
+    return refs
+
+
 def train(config: str | Path, resume: bool = False, max_minutes: float | None = None,
           max_steps: int | None = None, out_dir: str | None = None,
           init_from: str | Path | None = None, device: str | None = None) -> TrainResult:
@@ -210,15 +225,10 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
     n_teacher = round(xq.teacher_share * xq.train_positions)
-    n_master = xq.train_positions - n_teacher
-    n_opening = round(xq.opening_share * n_master)
-    refs = sample_positions(games, n_master - n_opening, xq.seed, xq.fragment_weight) \
-        if n_opening < n_master else []
-    if n_opening:
-        log(f"openings: {n_opening} of {n_master} master draws from plies < {xq.opening_plies}")
-        refs = mixed_positions(
-            refs, sample_positions(games, n_opening, xq.seed + 6, xq.fragment_weight,
-                                   xq.opening_plies), xq.seed + 7)
+    refs = master_refs(games, xq)
+    if xq.opening_share:
+        log(f"openings: {round(xq.opening_share * len(refs))} of {len(refs)} master draws from "
+            f"plies < {xq.opening_plies}")
     book = None
     n_games = len(games)
     if xq.book_min_count:
