@@ -43,3 +43,20 @@ def test_prints_all_and_unseen(mod: ModuleType, tmp_path: Path,
     out = capsys.readouterr().out
     assert "all: n 3" in out and "never in training: n 2" in out
     assert "B alone right 1, A alone right 0" in out
+
+
+def test_pairs_are_printed_and_pooled(mod: ModuleType, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    files = {"a1": [True, False, False], "b1": [True, True, False], "a2": [True, True],
+             "b2": [False, True]}
+    for name, hits in files.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps({"results": _rows(hits)}))
+    paths = [str(tmp_path / f"{name}.json") for name in files]
+    assert mod.main(paths) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "a1.json -> b1.json" and out[3] == "a2.json -> b2.json"
+    assert out[6] == "pooled"
+    assert "all: n 5" in out[7] and "B - A +0.0" in out[7]  # +1 and -1 pooled
+    assert "B alone right 1, A alone right 1" in out[7]
+    with pytest.raises(SystemExit):
+        mod.main(paths[:3])  # not in pairs
