@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from apps.xiangqi.book import MoveBook  # noqa: E402
 from apps.xiangqi.train_player import load_player_config, master_refs  # noqa: E402
-from apps.xiangqi.training import board_at, load_games  # noqa: E402
+from apps.xiangqi.training import board_at, book_target, load_games  # noqa: E402
 
 PLY_BUCKETS = ((9, "ply 0-9"), (19, "ply 10-19"), (29, "ply 20-29"), (None, "ply 30+"))
 
@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         entry = book.most_common(board.zobrist_hash())
         recurring = entry is not None and entry.total >= min_count
-        relabelled = recurring and entry.move != games[ref.game].moves[ref.ply]
+        played = games[ref.game].moves[ref.ply]
+        relabelled = book_target(book, board, played, min_count) != played  # as training does
         bucket = next(label for last, label in PLY_BUCKETS if last is None or ref.ply <= last)
         for name in ("all", bucket):
             table[name][0] += 1

@@ -163,6 +163,13 @@ def mixed_positions(
     return refs
 
 
+def book_target(book: MoveBook, board: Board, played: str, min_count: int) -> str:
+    """The move a row asks for under book targets: the book's most frequent move on ``board``
+    when the games reached it at least ``min_count`` times, else the ``played`` move."""
+    entry = book.most_common(board.zobrist_hash())
+    return played if entry is None or entry.total < min_count else entry.move
+
+
 def tokenizer_corpus(games: Sequence[GameRecord], count: int, seed: int) -> Iterator[str]:
     """Texts that train the tokenizer: rendered positions, their questions and answers."""
     for ref in sample_positions(games, count, seed):
@@ -281,10 +288,7 @@ class MoveRowSource:
         played = self.games[ref.game].moves[ref.ply]
         if self.book is None or ref.game >= self.book_games:
             return played
-        entry = self.book.most_common(board.zobrist_hash())
-        if entry is None or entry.total < self.book_min_count:
-            return played
-        return entry.move
+        return book_target(self.book, board, played, self.book_min_count)
 
     def row(self, i: int) -> Row:
         return encode_example(self.example(i), self.tokenizer, self.special, self._option_ids)
