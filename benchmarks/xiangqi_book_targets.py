@@ -3,12 +3,13 @@
     .venv/bin/python benchmarks/xiangqi_book_targets.py \
         --config configs/xiangqi-stage32-book-targets.json [--rows 4000] [--min-count N]
 
-Draws the run's master positions as ``train_player`` does (its config's seed, opening share and
-fragment weight; :func:`apps.xiangqi.train_player.master_refs`), takes the first ``--rows`` of
-them that ask a question (more than one legal move, as :class:`MoveRowSource` does) and counts
-how many stand on a position the training games reach at least ``--min-count`` times (default:
-the config's ``book_min_count``, or 2 when it is 0) and how many of those the book's most
-frequent move relabels (the drawn game played another move), by ply. Prints JSON.
+Draws the run's master positions as ``train_player`` does (its config's seed, opening and drill
+shares, fragment weight; :func:`apps.xiangqi.train_player.master_refs`), takes the first
+``--rows`` of them that ask a question (more than one legal move, as :class:`MoveRowSource`
+does) and counts how many stand on a position the training games reach at least
+``--min-count`` times (default: the config's ``book_min_count``, or 2 when it is 0) and how
+many of those the book's most frequent move relabels (the drawn game played another move), by
+ply. Prints JSON.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     book = MoveBook.from_games((g.start_fen, g.moves) for g in games)
     table: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # rows, recurring, relabelled
     rows = 0
-    for ref in master_refs(games, xq):
+    for ref in master_refs(games, xq, book):
         board = board_at(games[ref.game], ref.ply)
         if len(board.legal_moves) < 2:
             continue

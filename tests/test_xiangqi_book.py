@@ -47,6 +47,10 @@ def test_most_common_is_the_counters_with_first_occurrence_breaking_ties(
         assert entry is not None
         assert (entry.move, entry.count, entry.total) == (move, count, sum(counts[key].values()))
     assert book.recurring(2) == sum(sum(c.values()) >= 2 for c in counts.values())
+    for min_count in (1, 2, 3):
+        firsts = [next(i for i, (k, _) in enumerate(pairs) if k == key)
+                  for key, c in counts.items() if sum(c.values()) >= min_count]
+        assert book.first_occurrences(min_count).tolist() == sorted(firsts)
 
 
 def test_book_of_games_counts_each_position_across_games() -> None:

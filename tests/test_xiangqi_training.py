@@ -418,6 +418,9 @@ def test_player_config_values_are_checked_before_the_games_load(
         ({"xiangqi": {"opening_share": -0.1}}, "opening_share must be in [0, 1]"),
         ({"xiangqi": {"opening_plies": 0}}, "opening_plies must be >= 1"),
         ({"xiangqi": {"book_min_count": -1}}, "book_min_count must be >= 0"),
+        ({"xiangqi": {"drill_share": 1.5}}, "drill_share must be in [0, 1]"),
+        ({"xiangqi": {"drill_share": 0.2}}, "needs 1 <= book_min_count <= drill_min_count"),
+        ({"xiangqi": {"drill_share": 0.2, "book_min_count": 6}}, "book_min_count <= drill_min"),
         ({"train": {"data": {"task": "contracts"}}}, "this driver trains 'xiangqi'"),
         ({"xiangqi": {"train_games": str(tmp_path / "none.jsonl.gz")}}, "cannot read games file"),
     ]:

@@ -63,7 +63,7 @@ class MoveBook:
         empty = np.zeros(0, dtype=np.int64)
         if n == 0:
             self._keys = np.zeros(0, dtype=np.uint64)
-            self._moves, self._counts, self._totals = empty, empty, empty
+            self._moves, self._counts, self._totals, self._firsts = empty, empty, empty, empty
             return
         # the (position, move) pairs, with how often and where first each was played
         by_pair = np.lexsort((moves, keys))
@@ -80,6 +80,7 @@ class MoveBook:
         self._moves = pair_move[best_first][heads].astype(np.int64)
         self._counts = pair_count[best_first][heads].astype(np.int64)
         self._totals = np.add.reduceat(pair_count[best_first], heads).astype(np.int64)
+        self._firsts = np.minimum.reduceat(pair_first[best_first], heads).astype(np.int64)
 
     @classmethod
     def from_games(cls, games: Iterable[tuple[str, Sequence[str]]]) -> MoveBook:
@@ -108,3 +109,8 @@ class MoveBook:
     def recurring(self, min_count: int) -> int:
         """How many positions were reached at least ``min_count`` times."""
         return int(np.count_nonzero(self._totals >= min_count))
+
+    def first_occurrences(self, min_count: int) -> np.ndarray:
+        """Where each position reached at least ``min_count`` times first occurs: indices into
+        the games' plies in order (the ``i`` of ``keys[i]``), ascending."""
+        return np.sort(self._firsts[self._totals >= min_count])

@@ -41,6 +41,7 @@ from apps.xiangqi.training import (
     MoveRowSource,
     PositionRef,
     board_at,
+    book_positions,
     example_at,
     last_ply_positions,
     load_games,
@@ -97,6 +98,11 @@ class XiangqiSection:
     # Targets: a master position that the training games reach at least this often is labelled
     # with their most frequent move there (apps/xiangqi/book.py); 0 keeps each game's own move.
     book_min_count: int = 0
+    # Drill: this share of the master draws is uniform over the distinct positions the training
+    # games reach at least ``drill_min_count`` times (each at its first occurrence, with the
+    # book's move as target), not over plies; 0 draws none.
+    drill_share: float = 0.0
+    drill_min_count: int = 5
 
 
 def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
@@ -134,6 +140,12 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
         raise DecisionInputError("xiangqi.opening_plies must be >= 1", "xiangqi.opening_plies")
     if xq.book_min_count < 0:
         raise DecisionInputError("xiangqi.book_min_count must be >= 0", "xiangqi.book_min_count")
+    if not 0.0 <= xq.drill_share <= 1.0:
+        raise DecisionInputError("xiangqi.drill_share must be in [0, 1]", "xiangqi.drill_share")
+    if xq.drill_share > 0 and not 1 <= xq.book_min_count <= xq.drill_min_count:
+        raise DecisionInputError(
+            "xiangqi.drill_share > 0 needs 1 <= book_min_count <= drill_min_count, so that "
+            "every drilled position carries the book's move", "xiangqi.drill_min_count")
     if xq.teacher_share > 0 and not xq.teacher_games:
         raise DecisionInputError("xiangqi.teacher_share > 0 needs xiangqi.teacher_games",
                                  "xiangqi.teacher_games")
@@ -183,17 +195,28 @@ def top1(model: Any, examples: list[MoveExample]) -> float:
     return hits / max(1, len(examples))
 
 
-def master_refs(games: list[GameRecord], xq: XiangqiSection) -> list[PositionRef]:
+def master_refs(games: list[GameRecord], xq: XiangqiSection,
+                book: MoveBook | None = None) -> list[PositionRef]:
     """The run's draws of master positions: all but the ``teacher_share``, of which
-    ``opening_share`` come from the plies before ``opening_plies`` (deterministic in the seed)."""
+    ``drill_share`` are drawn per distinct recurring position (``book``: the games' own) and
+    ``opening_share`` of the rest from the plies before ``opening_plies`` (deterministic in the
+    seed)."""
     n_master = xq.train_positions - round(xq.teacher_share * xq.train_positions)
-    n_opening = round(xq.opening_share * n_master)
-    refs = sample_positions(games, n_master - n_opening, xq.seed, xq.fragment_weight) \
-        if n_opening < n_master else []
+    n_drill = round(xq.drill_share * n_master)
+    n_plies = n_master - n_drill
+    n_opening = round(xq.opening_share * n_plies)
+    refs = sample_positions(games, n_plies - n_opening, xq.seed, xq.fragment_weight) \
+        if n_opening < n_plies else []
     if n_opening:
         refs = mixed_positions(
             refs, sample_positions(games, n_opening, xq.seed + 6, xq.fragment_weight,
                                    xq.opening_plies), xq.seed + 7)
+    if n_drill:
+        if book is None:
+            raise ValueError("xiangqi.drill_share needs the training games' book")
+        refs = mixed_positions(
+            refs, book_positions(games, book, xq.drill_min_count, n_drill, xq.seed + 8),
+            xq.seed + 9)
     return refs
 
 
@@ -225,10 +248,6 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
     n_teacher = round(xq.teacher_share * xq.train_positions)
-    refs = master_refs(games, xq)
-    if xq.opening_share:
-        log(f"openings: {round(xq.opening_share * len(refs))} of {len(refs)} master draws from "
-            f"plies < {xq.opening_plies}")
     book = None
     n_games = len(games)
     if xq.book_min_count:
@@ -237,6 +256,15 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         log(f"book: {len(book)} positions, {book.recurring(xq.book_min_count)} reached "
             f">= {xq.book_min_count} times, labelled with their most frequent move "
             f"({time.monotonic() - t:.1f} s)")
+    refs = master_refs(games, xq, book)
+    if xq.drill_share and book is not None:
+        log(f"drill: {round(xq.drill_share * len(refs))} of {len(refs)} master draws uniform "
+            f"over the {book.recurring(xq.drill_min_count)} positions reached >= "
+            f"{xq.drill_min_count} times")
+    if xq.opening_share:
+        n_plies = len(refs) - round(xq.drill_share * len(refs))
+        log(f"openings: {round(xq.opening_share * n_plies)} of {len(refs)} master draws from "
+            f"plies < {xq.opening_plies}")
     if xq.teacher_games:
         taught = load_games(xq.teacher_games)
         log(f"teacher: {len(taught)} labelled positions from {xq.teacher_games}, "

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from apps.xiangqi.board import Board
@@ -151,6 +152,31 @@ def last_ply_positions(
     usable = [g for g, game in enumerate(games) if game.moves]
     return [PositionRef(offset + g, len(games[g].moves) - 1)
             for g in rng.choices(usable, k=count)] if count else []
+
+
+def book_positions(
+    games: Sequence[GameRecord], book: MoveBook, min_count: int, count: int, seed: int
+) -> list[PositionRef]:
+    """``count`` draws (with replacement, deterministic in ``seed``), uniform over the distinct
+    positions that ``games`` reach at least ``min_count`` times, each at its first occurrence.
+
+    ``book`` must be :meth:`MoveBook.from_games` of these ``games`` in this order. Drawing
+    positions rather than plies gives a position seen 5 times as many draws as one seen 500
+    times, where drawing plies gives it a hundredth of them (``xiangqi.drill_share``).
+    """
+    firsts = book.first_occurrences(min_count)
+    if count < 0 or (count > 0 and len(firsts) == 0):
+        raise DecisionInputError(
+            f"no position is reached {min_count} times or more to draw from", "drill_min_count")
+    lengths = np.array([len(g.moves) for g in games], dtype=np.int64)
+    ends = np.cumsum(lengths)
+    rng = random.Random(seed)
+    refs = []
+    for i in rng.choices(range(len(firsts)), k=count):
+        flat = int(firsts[i])
+        g = int(np.searchsorted(ends, flat, side="right"))
+        refs.append(PositionRef(g, flat - int(ends[g] - lengths[g])))
+    return refs
 
 
 def mixed_positions(
