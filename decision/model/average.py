@@ -21,6 +21,10 @@ from decision.model.backbone import DecisionModel
 from decision.model.checkpoint import load_model
 
 
+def _tokenizer_text(model: DecisionModel) -> str | None:
+    return None if model.tokenizer is None else model.tokenizer.to_str()
+
+
 def average_models(paths: Sequence[str | Path]) -> DecisionModel:
     """The first checkpoint with every parameter replaced by the mean over all of them."""
     if len(paths) < 2:
@@ -30,9 +34,7 @@ def average_models(paths: Sequence[str | Path]) -> DecisionModel:
     for path, model in zip(paths[1:], models[1:], strict=True):
         if model.config != first.config:
             raise CheckpointError(f"{path}: config differs from {paths[0]}'s")
-        if (model.tokenizer is None) != (first.tokenizer is None) or (
-                model.tokenizer is not None and first.tokenizer is not None
-                and model.tokenizer.to_str() != first.tokenizer.to_str()):
+        if _tokenizer_text(model) != _tokenizer_text(first):
             raise CheckpointError(f"{path}: tokenizer differs from {paths[0]}'s")
     states = [m.state_dict() for m in models]
     with torch.no_grad():
