@@ -195,27 +195,42 @@ def top1(model: Any, examples: list[MoveExample]) -> float:
     return hits / max(1, len(examples))
 
 
+@dataclass(frozen=True)
+class MasterDraws:
+    """How a run's master draws split: over all plies, over the openings, per drilled position."""
+
+    plies: int
+    openings: int
+    drilled: int
+
+
+def master_draws(xq: XiangqiSection) -> MasterDraws:
+    """The split of the master draws (all but the ``teacher_share``): ``drill_share`` of them per
+    distinct recurring position, ``opening_share`` of the rest from the openings."""
+    n_master = xq.train_positions - round(xq.teacher_share * xq.train_positions)
+    n_drill = round(xq.drill_share * n_master)
+    n_opening = round(xq.opening_share * (n_master - n_drill))
+    return MasterDraws(n_master - n_drill - n_opening, n_opening, n_drill)
+
+
 def master_refs(games: list[GameRecord], xq: XiangqiSection,
                 book: MoveBook | None = None) -> list[PositionRef]:
     """The run's draws of master positions: all but the ``teacher_share``, of which
     ``drill_share`` are drawn per distinct recurring position (``book``: the games' own) and
     ``opening_share`` of the rest from the plies before ``opening_plies`` (deterministic in the
     seed)."""
-    n_master = xq.train_positions - round(xq.teacher_share * xq.train_positions)
-    n_drill = round(xq.drill_share * n_master)
-    n_plies = n_master - n_drill
-    n_opening = round(xq.opening_share * n_plies)
-    refs = sample_positions(games, n_plies - n_opening, xq.seed, xq.fragment_weight) \
-        if n_opening < n_plies else []
-    if n_opening:
+    draws = master_draws(xq)
+    refs = sample_positions(games, draws.plies, xq.seed, xq.fragment_weight) \
+        if draws.plies else []
+    if draws.openings:
         refs = mixed_positions(
-            refs, sample_positions(games, n_opening, xq.seed + 6, xq.fragment_weight,
+            refs, sample_positions(games, draws.openings, xq.seed + 6, xq.fragment_weight,
                                    xq.opening_plies), xq.seed + 7)
-    if n_drill:
+    if draws.drilled:
         if book is None:
             raise ValueError("xiangqi.drill_share needs the training games' book")
         refs = mixed_positions(
-            refs, book_positions(games, book, xq.drill_min_count, n_drill, xq.seed + 8),
+            refs, book_positions(games, book, xq.drill_min_count, draws.drilled, xq.seed + 8),
             xq.seed + 9)
     return refs
 
@@ -257,13 +272,13 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
             f">= {xq.book_min_count} times, labelled with their most frequent move "
             f"({time.monotonic() - t:.1f} s)")
     refs = master_refs(games, xq, book)
-    if xq.drill_share and book is not None:
-        log(f"drill: {round(xq.drill_share * len(refs))} of {len(refs)} master draws uniform "
-            f"over the {book.recurring(xq.drill_min_count)} positions reached >= "
+    draws = master_draws(xq)
+    if draws.drilled and book is not None:
+        log(f"drill: {draws.drilled} of {len(refs)} master draws uniform over the "
+            f"{book.recurring(xq.drill_min_count)} positions reached >= "
             f"{xq.drill_min_count} times")
-    if xq.opening_share:
-        n_plies = len(refs) - round(xq.drill_share * len(refs))
-        log(f"openings: {round(xq.opening_share * n_plies)} of {len(refs)} master draws from "
+    if draws.openings:
+        log(f"openings: {draws.openings} of {len(refs)} master draws from "
             f"plies < {xq.opening_plies}")
     if xq.teacher_games:
         taught = load_games(xq.teacher_games)
