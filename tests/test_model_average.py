@@ -39,3 +39,33 @@ def test_mismatched_or_too_few_checkpoints_are_refused(
         average_models([tmp_path / "a"])
     assert main([str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "a")]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_weighted_mean_extrapolates_away_from_the_second_checkpoint(tmp_path: Path) -> None:
+    for seed in (1, 2):
+        tiny_model(seed, random_block=True).save(tmp_path / f"m{seed}")
+    paths = [tmp_path / "m1", tmp_path / "m2"]
+    states = [load_model(p, dtype=None).state_dict() for p in paths]
+    assert main([*map(str, paths), "--weights", "1.5,-0.5", "--out", str(tmp_path / "ext")]) == 0
+    ext = load_model(tmp_path / "ext", dtype=None).state_dict()
+    for name, tensor in ext.items():
+        expected = 1.5 * states[0][name].float() - 0.5 * states[1][name].float()
+        torch.testing.assert_close(tensor, expected.to(tensor.dtype))
+    first_only = average_models(paths, weights=[1.0, 0.0]).state_dict()
+    for name, tensor in first_only.items():
+        assert torch.equal(tensor, states[0][name])
+
+
+def test_weights_must_match_the_checkpoints_and_sum_to_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for seed in (1, 2):
+        tiny_model(seed).save(tmp_path / f"m{seed}")
+    paths = [tmp_path / "m1", tmp_path / "m2"]
+    with pytest.raises(CheckpointError, match="3 weights for 2 checkpoints"):
+        average_models(paths, weights=[0.5, 0.25, 0.25])
+    with pytest.raises(CheckpointError, match="sum to 1.5, not 1"):
+        average_models(paths, weights=[1.0, 0.5])
+    with pytest.raises(SystemExit):
+        main([*map(str, paths), "--weights", "half,half", "--out", str(tmp_path / "x")])
+    assert "not a comma-separated list of numbers" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

@@ -1,10 +1,12 @@
 """The parameter-wise mean of checkpoints of one shape ("weight averaging", a model soup).
 
     python -m decision.model.average runs/a/export runs/b/export --out runs/mean
+    python -m decision.model.average runs/mean runs/parent --weights 1.5,-0.5 --out runs/ext
 
 Checkpoints continued from one parent with the same config and tokenizer can be averaged into
 one model of the same size. The mean is taken in float32 and stored in the first checkpoint's
-dtype, beside its config and tokenizer.
+dtype, beside its config and tokenizer. Weights (summing to 1, negative ones allowed) give a
+weighted mean, e.g. the children's mean moved further from their parent (extrapolation).
 """
 
 from __future__ import annotations
@@ -25,10 +27,15 @@ def _tokenizer_text(model: DecisionModel) -> str | None:
     return None if model.tokenizer is None else model.tokenizer.to_str()
 
 
-def average_models(paths: Sequence[str | Path]) -> DecisionModel:
-    """The first checkpoint with every parameter replaced by the mean over all of them."""
+def average_models(paths: Sequence[str | Path],
+                   weights: Sequence[float] | None = None) -> DecisionModel:
+    """The first checkpoint with every parameter replaced by the (weighted) mean over all."""
     if len(paths) < 2:
         raise CheckpointError("averaging needs at least two checkpoints")
+    if weights is not None and len(weights) != len(paths):
+        raise CheckpointError(f"{len(weights)} weights for {len(paths)} checkpoints")
+    if weights is not None and abs(sum(weights) - 1.0) > 1e-6:
+        raise CheckpointError(f"the weights sum to {sum(weights):g}, not 1")
     models = [load_model(p, dtype=None) for p in paths]
     first = models[0]
     for path, model in zip(paths[1:], models[1:], strict=True):
@@ -39,9 +46,21 @@ def average_models(paths: Sequence[str | Path]) -> DecisionModel:
     states = [m.state_dict() for m in models]
     with torch.no_grad():
         for name, tensor in states[0].items():
-            mean = torch.stack([s[name].float() for s in states]).mean(dim=0)
+            stacked = torch.stack([s[name].float() for s in states])
+            if weights is None:
+                mean = stacked.mean(dim=0)
+            else:
+                mean = torch.tensordot(torch.tensor(weights, dtype=torch.float32), stacked, dims=1)
             tensor.copy_(mean.to(tensor.dtype))
     return first
+
+
+def _weights(text: str) -> list[float]:
+    try:
+        return [float(w) for w in text.split(",")]
+    except ValueError:
+        message = f"not a comma-separated list of numbers: {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,12 +68,14 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", nargs="+", help="model directories of one config")
     parser.add_argument("--out", required=True, help="directory for the mean (must not exist)")
+    parser.add_argument("--weights", type=_weights, default=None,
+                        help="comma-separated, one per checkpoint, summing to 1 (default: equal)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     try:
         if out.exists():
             raise CheckpointError(f"{out}: already exists")
-        average_models(args.checkpoints).save(out)
+        average_models(args.checkpoints, args.weights).save(out)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
