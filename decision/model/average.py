@@ -32,10 +32,12 @@ def average_models(paths: Sequence[str | Path],
     """The first checkpoint with every parameter replaced by the (weighted) mean over all."""
     if len(paths) < 2:
         raise CheckpointError("averaging needs at least two checkpoints")
-    if weights is not None and len(weights) != len(paths):
-        raise CheckpointError(f"{len(weights)} weights for {len(paths)} checkpoints")
-    if weights is not None and abs(sum(weights) - 1.0) > 1e-6:
-        raise CheckpointError(f"the weights sum to {sum(weights):g}, not 1")
+    if weights is not None:
+        if len(weights) != len(paths):
+            raise CheckpointError(f"{len(weights)} weights for {len(paths)} checkpoints")
+        if abs(sum(weights) - 1.0) > 1e-6:
+            raise CheckpointError(f"the weights sum to {sum(weights):g}, not 1")
+        weight_vector = torch.tensor(weights, dtype=torch.float32)
     models = [load_model(p, dtype=None) for p in paths]
     first = models[0]
     for path, model in zip(paths[1:], models[1:], strict=True):
@@ -50,7 +52,7 @@ def average_models(paths: Sequence[str | Path],
             if weights is None:
                 mean = stacked.mean(dim=0)
             else:
-                mean = torch.tensordot(torch.tensor(weights, dtype=torch.float32), stacked, dims=1)
+                mean = torch.tensordot(weight_vector, stacked, dims=1)
             tensor.copy_(mean.to(tensor.dtype))
     return first
 
