@@ -5,6 +5,7 @@ sections are renamed."""
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -36,18 +37,20 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def anchors(path: Path) -> set[str]:
+@cache
+def anchors(path: Path) -> frozenset[str]:
+    """The heading anchors of `path`, a duplicate heading numbered as GitHub does; read once."""
     seen: dict[str, int] = {}
     out = set()
     for line in prose_lines(path.read_text(encoding="utf-8")):
         match = HEADING.match(line)
         if not match:
             continue
-        base = slug(re.sub(r"`", "", match.group(1)))
+        base = slug(match.group(1))
         count = seen.get(base, 0)
         seen[base] = count + 1
         out.add(base if count == 0 else f"{base}-{count}")
-    return out
+    return frozenset(out)
 
 
 def test_slug_follows_github_rules() -> None:
