@@ -13,7 +13,7 @@ from decision.errors import DecisionInputError
 from decision.model import DecisionModel, load_model
 from decision.model.config import FULL, LINEAR
 from decision.model.testing import tiny_model
-from decision.train.grow import grow, main
+from decision.train.grow import grow, main, upcycle
 
 
 def dense(seed: int = 0) -> DecisionModel:
@@ -105,3 +105,75 @@ def test_cli_writes_a_loadable_grown_checkpoint(tmp_path: Path,
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     with pytest.raises(SystemExit):  # never over an existing directory
         main([str(tmp_path / "small"), str(out), "--add-layers", "full_attention"])
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    experts=st.integers(1, 6),
+    per_token=st.integers(1, 6),
+    size=st.integers(1, 40),
+    seed=st.integers(0, 1000),
+)
+def test_upcycled_model_computes_what_its_source_does(experts: int, per_token: int, size: int,
+                                                      seed: int) -> None:
+    per_token = min(per_token, experts)
+    source = dense(seed)
+    moe = upcycle(source, experts, per_token, size, seed=seed + 1)
+    assert moe.config.num_experts == experts
+    assert moe.config.num_experts_per_tok == per_token
+    assert moe.config.moe_intermediate_size == size
+    assert moe.config.shared_expert_intermediate_size == 48
+    assert all(moe.config.layer_is_moe(i) for i in range(4))
+    for got, want in zip(outputs(moe, seed), outputs(source, seed), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_upcycled_experts_are_live_and_train() -> None:
+    """The zeroed expert outputs and shared-expert gate keep the experts silent: one backward
+    gives them gradients, and once set they move the logits."""
+    source = dense()
+    moe = upcycle(source, 4, 2, 16, seed=3)
+    block = moe.model.layers[1].mlp
+    history = torch.randint(3, 90, (1, 7))
+    masked = torch.full((1, 4), moe.config.mask_token_id)
+    moe(history, masked).logsumexp(-1).sum().backward()
+    for weight in (block.experts.down_proj, block.shared_expert_gate.weight,
+                   block.shared_expert.up_proj.weight):
+        assert weight.grad is not None and weight.grad.abs().sum() > 0
+    with torch.no_grad():
+        block.experts.down_proj.normal_(std=0.05)
+    moved, _ = outputs(moe, 0)
+    same, _ = outputs(source, 0)
+    assert not torch.allclose(moved, same, atol=1e-4)
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    ((0, 1, 8), "num_experts"),
+    ((4, 5, 8), "num_experts_per_tok"),
+    ((4, 0, 8), "num_experts_per_tok"),
+    ((4, 2, 0), "moe_intermediate_size"),
+])
+def test_bad_upcycling_is_refused(args: tuple[int, int, int], field: str) -> None:
+    with pytest.raises(DecisionInputError) as info:
+        upcycle(dense(), *args)
+    assert info.value.field == field
+    with pytest.raises(DecisionInputError, match="dense model"):
+        upcycle(tiny_model(), 4, 2, 8)
+
+
+def test_cli_upcycles_into_a_loadable_moe_checkpoint(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    source = dense()
+    source.tokenizer = Tokenizer(WordLevel({f"t{i}": i for i in range(90)}, unk_token="t0"))
+    source.save(tmp_path / "small")
+    out = tmp_path / "moe"
+    assert main([str(tmp_path / "small"), str(out), "--experts", "4"]) == 0
+    assert "4 experts of 24 (2 a token)" in capsys.readouterr().out
+    moe = load_model(out)
+    assert moe.config.num_experts == 4 and moe.tokenizer is not None
+    for got, want in zip(outputs(moe, 3), outputs(load_model(tmp_path / "small"), 3),
+                         strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

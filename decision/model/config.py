@@ -192,9 +192,11 @@ class DecisionConfig:
         """A config.json dict readable by this loader and, for the Qwen fields, by transformers."""
         out = dataclasses.asdict(self)
         src = out.pop("source_model_type")
-        out["model_type"] = src if src in TEXT_MODEL_TYPES and src != "decision" else (
-            "qwen3_5_moe_text" if self.num_experts else "qwen3_5_text"
-        )
+        own_type = "qwen3_5_moe_text" if self.num_experts else "qwen3_5_text"
+        # the source's type unless it would read back as dense (a dense source upcycled to MoE)
+        keep = src in TEXT_MODEL_TYPES and src != "decision" and not (
+            self.num_experts and src == "qwen3_5_text")
+        out["model_type"] = src if keep else own_type
         out["architectures"] = ["DecisionModel"]
         out["rope_parameters"] = {
             "rope_type": "default",

@@ -10,8 +10,15 @@ the zeroed weights first and the rest follows (the zero-initialised residual bra
 al. 2017 / Zhang et al., "Fixup", 2019, used here for function-preserving growth as in Chen et
 al., "Net2Net", 2016).
 
+Upcycling (:func:`upcycle`) adds capacity without adding much compute a token: every dense MLP
+becomes Qwen3.5's sparse MoE block, its shared expert the old MLP and its routed experts new
+(Komatsuzaki et al., "Sparse Upcycling", 2023, here with silent new experts so that the function
+is kept). The routed experts' ``down_proj`` starts at zero, and the shared expert's gate at zero,
+whose ``sigmoid(0) = 1/2`` the shared expert's doubled ``down_proj`` cancels exactly.
+
 ``python -m decision.train.grow SOURCE OUT --add-layers linear_attention,full_attention
---intermediate-size 384`` writes a model directory that ``--init-from`` trains on.
+--intermediate-size 384`` (or ``--experts 8 --experts-per-token 2 --expert-size 128``) writes a
+model directory that ``--init-from`` trains on.
 """
 
 from __future__ import annotations
@@ -82,6 +89,69 @@ def grow(source: DecisionModel, add_layers: list[str], intermediate_size: int | 
     return grown.eval() if not source.training else grown
 
 
+def upcycled_config(config: DecisionConfig, num_experts: int, experts_per_tok: int,
+                    expert_size: int) -> DecisionConfig:
+    """The source's config with every layer's MLP a sparse MoE block of ``num_experts`` routed
+    experts ``expert_size`` wide (``experts_per_tok`` a token) and a shared expert as wide as
+    the source's MLP; refused for MoE sources and impossible routings."""
+    if config.num_experts > 0:
+        raise DecisionInputError(
+            f"upcycling takes a dense model (num_experts 0); this one has {config.num_experts} "
+            "experts", "num_experts",
+        )
+    if num_experts < 1:
+        raise DecisionInputError(f"experts {num_experts}: need at least 1", "num_experts")
+    if not 1 <= experts_per_tok <= num_experts:
+        raise DecisionInputError(
+            f"experts per token {experts_per_tok}: must be between 1 and the {num_experts} "
+            "experts", "num_experts_per_tok",
+        )
+    if expert_size < 1:
+        raise DecisionInputError(f"expert size {expert_size}: need at least 1",
+                                 "moe_intermediate_size")
+    return dataclasses.replace(
+        config,
+        num_experts=num_experts,
+        num_experts_per_tok=experts_per_tok,
+        moe_intermediate_size=expert_size,
+        shared_expert_intermediate_size=config.intermediate_size,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+    )
+
+
+# dense MLP weight -> its place in the MoE block (the shared expert)
+_SHARED = {"mlp.gate_proj.weight": "mlp.shared_expert.gate_proj.weight",
+           "mlp.up_proj.weight": "mlp.shared_expert.up_proj.weight",
+           "mlp.down_proj.weight": "mlp.shared_expert.down_proj.weight"}
+# new MoE weights that feed the residual stream, zeroed so that the block computes the old MLP
+_SILENT = ("mlp.experts.down_proj", "mlp.shared_expert_gate.weight")
+
+
+def upcycle(source: DecisionModel, num_experts: int, experts_per_tok: int, expert_size: int,
+            seed: int = 0) -> DecisionModel:
+    """A new model computing what the dense ``source`` does, each MLP turned into a sparse MoE
+    block (the old MLP as its shared expert, ``num_experts`` silent routed experts); the
+    routers and the experts' input projections get the model's usual initialisation (seeded by
+    ``seed``)."""
+    config = upcycled_config(source.config, num_experts, experts_per_tok, expert_size)
+    torch.manual_seed(seed)
+    moe = DecisionModel(config).to(dtype=source.dtype, device=source.device)
+    moe.tokenizer = source.tokenizer
+    target = moe.state_dict()
+    with torch.no_grad():
+        for name, value in source.state_dict().items():
+            prefix, dot, rest = name.partition(".mlp.")
+            place = f"{prefix}.{_SHARED['mlp.' + rest]}" if dot else name
+            # sigmoid(0) = 1/2 on the shared expert's output, cancelled here (exact in bf16)
+            scale = 2.0 if place.endswith("shared_expert.down_proj.weight") else 1.0
+            target[place].copy_(value * scale)
+        for name, value in target.items():
+            if name.endswith(_SILENT):
+                value.zero_()
+    return moe.eval() if not source.training else moe
+
+
 def _copy_into(target: torch.Tensor, value: torch.Tensor, name: str, width: int) -> None:
     """Copy a source weight into its (possibly wider) place; a widened MLP's new down_proj
     columns are zeroed so that its new units add nothing."""
@@ -114,6 +184,13 @@ def main(argv: list[str] | None = None) -> int:
                              "linear_attention,full_attention")
     parser.add_argument("--intermediate-size", type=int, default=None,
                         help="the MLPs' new width (default: unchanged)")
+    parser.add_argument("--experts", type=int, default=0, metavar="N",
+                        help="upcycle every MLP into a sparse MoE block of N routed experts "
+                             "(after any growth; default 0: stay dense)")
+    parser.add_argument("--experts-per-token", type=int, default=2, metavar="K",
+                        help="routed experts a token (with --experts; default 2)")
+    parser.add_argument("--expert-size", type=int, default=None, metavar="I",
+                        help="a routed expert's width (with --experts; default: half the MLP's)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the new weights that do not feed the residual stream")
     args = parser.parse_args(argv)
@@ -125,15 +202,22 @@ def main(argv: list[str] | None = None) -> int:
     if source.tokenizer is None:
         parser.error(f"{args.source} has no tokenizer.json")
     try:
-        grown = grow(source, add, args.intermediate_size, args.seed)
+        grown = source
+        if add or args.intermediate_size is not None or not args.experts:
+            grown = grow(source, add, args.intermediate_size, args.seed)
+        if args.experts:
+            size = args.expert_size or max(grown.config.intermediate_size // 2, 1)
+            grown = upcycle(grown, args.experts, args.experts_per_token, size, args.seed)
     except DecisionInputError as exc:
         parser.error(str(exc))
     grown.save(out)
     before = sum(p.numel() for p in source.parameters())
     after = sum(p.numel() for p in grown.parameters())
+    experts = (f", {grown.config.num_experts} experts of {grown.config.moe_intermediate_size} "
+               f"({grown.config.num_experts_per_tok} a token)" if args.experts else "")
     print(f"grew {args.source} ({source.config.num_hidden_layers} layers, {before:,} "
           f"parameters) into {out} ({grown.config.num_hidden_layers} layers, "
-          f"intermediate {grown.config.intermediate_size}, {after:,} parameters)")
+          f"intermediate {grown.config.intermediate_size}{experts}, {after:,} parameters)")
     return 0
 
 
