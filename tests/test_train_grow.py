@@ -20,6 +20,16 @@ def dense(seed: int = 0) -> DecisionModel:
     return tiny_model(seed=seed, random_block=True, num_experts=0, intermediate_size=48)
 
 
+def saved_dense(path: Path) -> None:
+    """:func:`dense` saved with a tokenizer, as the command line reads a model."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    source = dense()
+    source.tokenizer = Tokenizer(WordLevel({f"t{i}": i for i in range(90)}, unk_token="t0"))
+    source.save(path)
+
+
 def outputs(model: DecisionModel, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal logits of a history and denoising logits of a block over it."""
     g = torch.Generator().manual_seed(seed)
@@ -88,12 +98,7 @@ def test_moe_models_are_refused() -> None:
 
 def test_cli_writes_a_loadable_grown_checkpoint(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-
-    source = dense()
-    source.tokenizer = Tokenizer(WordLevel({f"t{i}": i for i in range(90)}, unk_token="t0"))
-    source.save(tmp_path / "small")
+    saved_dense(tmp_path / "small")
     out = tmp_path / "grown"
     assert main([str(tmp_path / "small"), str(out), "--add-layers",
                  "linear_attention, full_attention", "--intermediate-size", "64"]) == 0
@@ -163,12 +168,7 @@ def test_bad_upcycling_is_refused(args: tuple[int, int, int], field: str) -> Non
 
 def test_cli_upcycles_into_a_loadable_moe_checkpoint(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-
-    source = dense()
-    source.tokenizer = Tokenizer(WordLevel({f"t{i}": i for i in range(90)}, unk_token="t0"))
-    source.save(tmp_path / "small")
+    saved_dense(tmp_path / "small")
     out = tmp_path / "moe"
     assert main([str(tmp_path / "small"), str(out), "--experts", "4"]) == 0
     assert "4 experts of 24 (2 a token)" in capsys.readouterr().out
