@@ -177,3 +177,7 @@ def test_cli_upcycles_into_a_loadable_moe_checkpoint(tmp_path: Path,
     for got, want in zip(outputs(moe, 3), outputs(load_model(tmp_path / "small"), 3),
                          strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(SystemExit):  # a zero width is refused, not taken for the default
+        main([str(tmp_path / "small"), str(tmp_path / "zero"), "--experts", "4",
+              "--expert-size", "0"])
+    assert not (tmp_path / "zero").exists()

@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         if add or args.intermediate_size is not None or not args.experts:
             grown = grow(source, add, args.intermediate_size, args.seed)
         if args.experts:
-            size = args.expert_size or max(grown.config.intermediate_size // 2, 1)
+            size = (max(grown.config.intermediate_size // 2, 1) if args.expert_size is None
+                    else args.expert_size)
             grown = upcycle(grown, args.experts, args.experts_per_token, size, args.seed)
     except DecisionInputError as exc:
         parser.error(str(exc))
