@@ -121,9 +121,9 @@ def upcycled_config(config: DecisionConfig, num_experts: int, experts_per_tok: i
 
 
 # dense MLP weight -> its place in the MoE block (the shared expert)
-_SHARED = {"mlp.gate_proj.weight": "mlp.shared_expert.gate_proj.weight",
-           "mlp.up_proj.weight": "mlp.shared_expert.up_proj.weight",
-           "mlp.down_proj.weight": "mlp.shared_expert.down_proj.weight"}
+_SHARED = {"gate_proj.weight": "shared_expert.gate_proj.weight",
+           "up_proj.weight": "shared_expert.up_proj.weight",
+           "down_proj.weight": "shared_expert.down_proj.weight"}
 # new MoE weights that feed the residual stream, zeroed so that the block computes the old MLP
 _SILENT = ("mlp.experts.down_proj", "mlp.shared_expert_gate.weight")
 
@@ -142,7 +142,7 @@ def upcycle(source: DecisionModel, num_experts: int, experts_per_tok: int, exper
     with torch.no_grad():
         for name, value in source.state_dict().items():
             prefix, dot, rest = name.partition(".mlp.")
-            place = f"{prefix}.{_SHARED['mlp.' + rest]}" if dot else name
+            place = f"{prefix}.mlp.{_SHARED[rest]}" if dot else name
             # sigmoid(0) = 1/2 on the shared expert's output, cancelled here (exact in bf16)
             scale = 2.0 if place.endswith("shared_expert.down_proj.weight") else 1.0
             target[place].copy_(value * scale)
