@@ -485,6 +485,11 @@ def test_resume_inside_a_length_window_continues_exactly(tmp_path: Path) -> None
     ("data", "p_joint", float("nan"), "data.p_joint"),  # passed the share check
     ("optim", "weight_decay", float("inf"), "optim.weight_decay"),
     ("optim", "betas", [0.9, float("nan")], "optim.betas"),
+    ("optim", "scaled_lr_params", "mlp.experts.", "optim.scaled_lr_params"),  # not a list
+    ("optim", "scaled_lr_params", [""], "optim.scaled_lr_params"),  # would match every name
+    ("optim", "scaled_lr_factor", 0.0, "optim.scaled_lr_factor"),
+    ("optim", "scaled_lr_factor", 1e9, "optim.scaled_lr_factor"),  # lr * factor above 1
+    ("optim", "scaled_lr_factor", float("nan"), "optim.scaled_lr_factor"),
 ])
 def test_config_refuses_nonsense_values(section: str, key: str, value: object, field: str) -> None:
     raw = json.loads(TINY.read_text())
@@ -500,6 +505,35 @@ def test_config_list_values_keep_their_meaning() -> None:
     raw["data"].update(focus_qtypes=["notice_days"], p_focus=0.1)
     cfg = config_from_dict(raw)
     assert cfg.optim.betas == (0.0, 0.99) and cfg.data.focus_qtypes == ("notice_days",)
+
+
+def test_scaled_lr_params_train_at_their_own_rate() -> None:
+    """Named parameters get groups at lr * factor that the schedule scales like the rest; with
+    no names the optimiser keeps its two groups (older checkpoints resume)."""
+    from decision.model.testing import tiny_model
+    from decision.train.loop import make_optimizer
+
+    raw = json.loads(TINY.read_text())
+    raw["optim"].update(lr=1e-3, warmup_steps=0, scaled_lr_params=["mlp.experts."],
+                        scaled_lr_factor=10.0)
+    cfg = config_from_dict(raw)
+    model = tiny_model(seed=0)
+    opt, sched = make_optimizer(model, cfg)
+    experts = {id(p) for n, p in model.named_parameters() if "mlp.experts." in n}
+    assert experts
+    for group in opt.param_groups:
+        ids = {id(p) for p in group["params"]}
+        if ids:
+            assert ids <= experts or not ids & experts  # never mixed
+            assert group["lr"] == pytest.approx(1e-2 if ids <= experts else 1e-3)
+    opt.step()  # no gradients: changes nothing, keeps the order torch expects
+    sched.step()
+    rates = sorted({round(g["lr"] / g["initial_lr"], 12) for g in opt.param_groups})
+    assert len(rates) == 1  # one schedule for every group
+    grouped = {id(p) for g in opt.param_groups for p in g["params"]}
+    assert grouped == {id(p) for p in model.parameters()}
+    plain = config_from_dict(json.loads(TINY.read_text()))
+    assert len(make_optimizer(model, plain)[0].param_groups) == 2
 
 
 def test_command_line_config_errors_are_one_line(

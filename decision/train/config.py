@@ -107,6 +107,10 @@ class OptimSection:
     betas: tuple[float, float] = (0.9, 0.98)
     grad_clip: float = 1.0
     batch_size: int = 32
+    # parameters whose name contains one of these strings train at lr * scaled_lr_factor
+    # (e.g. the new experts of an upcycled model: "mlp.experts.", "mlp.gate.")
+    scaled_lr_params: tuple[str, ...] = ()
+    scaled_lr_factor: float = 1.0
 
 
 @dataclass
@@ -336,6 +340,13 @@ def _check(cfg: TrainConfig) -> None:
         raise DecisionInputError("optim.min_lr_ratio must lie in [0, 1]", "optim.min_lr_ratio")
     if o.warmup_steps < 0 or o.weight_decay < 0:
         raise DecisionInputError("optim.warmup_steps and optim.weight_decay must be >= 0", "optim")
+    if not all(isinstance(n, str) and n for n in o.scaled_lr_params):
+        raise DecisionInputError("optim.scaled_lr_params must be a list of non-empty strings",
+                                 "optim.scaled_lr_params")
+    if not 0 < o.lr * o.scaled_lr_factor <= 1:
+        raise DecisionInputError(
+            f"optim.scaled_lr_factor must be > 0 with lr * factor at most 1, got "
+            f"{o.scaled_lr_factor}", "optim.scaled_lr_factor")
     if r.threads < 1:
         raise DecisionInputError("run.threads must be >= 1", "run.threads")
     if r.max_minutes < 0 or r.checkpoint_minutes < 0:

@@ -57,6 +57,8 @@ class TrainableModel(Protocol):
 
     def parameters(self) -> Any: ...
 
+    def named_parameters(self) -> Any: ...
+
     def train(self, mode: bool = True) -> Any: ...
 
     def state_dict(self) -> dict[str, torch.Tensor]: ...
@@ -140,19 +142,24 @@ def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
 def make_optimizer(
     model: TrainableModel, cfg: TrainConfig
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with no weight decay on vectors (norms, biases, decay constants), as is usual."""
-    decay, no_decay = [], []
-    for p in model.parameters():
+    """AdamW with no weight decay on vectors (norms, biases, decay constants), as is usual;
+    parameters named in ``optim.scaled_lr_params`` get their own groups at ``lr *
+    scaled_lr_factor`` (the schedule scales every group alike). Without them the two groups are
+    what they always were, so older checkpoints resume."""
+    o = cfg.optim
+    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
+    for name, p in model.named_parameters():
         if p.requires_grad:
-            (decay if p.dim() >= 2 else no_decay).append(p)
-    opt = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": cfg.optim.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=cfg.optim.lr,
-        betas=cfg.optim.betas,
-    )
+            scaled = any(part in name for part in o.scaled_lr_params)
+            groups.setdefault((scaled, p.dim() >= 2), []).append(p)
+    param_groups = [
+        {"params": groups.get((scaled, decays), []),
+         "weight_decay": o.weight_decay if decays else 0.0,
+         "lr": o.lr * (o.scaled_lr_factor if scaled else 1.0)}
+        for scaled in ((False, True) if o.scaled_lr_params else (False,))
+        for decays in (True, False)
+    ]
+    opt = torch.optim.AdamW(param_groups, lr=o.lr, betas=o.betas)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
 
 
