@@ -144,7 +144,7 @@ def upcycle(source: DecisionModel, num_experts: int, experts_per_tok: int, exper
             prefix, dot, rest = name.partition(".mlp.")
             place = f"{prefix}.mlp.{_SHARED[rest]}" if dot else name
             # sigmoid(0) = 1/2 on the shared expert's output, cancelled here (exact in bf16)
-            scale = 2.0 if place.endswith("shared_expert.down_proj.weight") else 1.0
+            scale = 2.0 if dot and rest == "down_proj.weight" else 1.0
             target[place].copy_(value * scale)
         for name, value in target.items():
             if name.endswith(_SILENT):
