@@ -67,6 +67,10 @@ class DataSection:
     # Weight of the option loss (option_loss.py: -log of the option scorer's probability of the
     # gold option) added to the diffusion loss, on rows that carry their options; 0 = off.
     option_loss_weight: float = 0.0
+    # Weight of the option-set loss (option_loss.py: -log of the option scorer's probability
+    # that the answer is in the row's set of acceptable options, Row.option_set), on rows
+    # that carry a set; 0 = off.
+    option_set_loss_weight: float = 0.0
     val_groups: int = 64  # held-out groups scored every eval_every steps
     # Focus: a share `p_focus` of rows are standalone items of a question whose type is in
     # `focus_qtypes` (the types a model still gets wrong), taken from the first of the next
@@ -316,6 +320,9 @@ def _check(cfg: TrainConfig) -> None:
     if d.option_loss_weight < 0:
         raise DecisionInputError("data.option_loss_weight must be >= 0",
                                  "data.option_loss_weight")
+    if d.option_set_loss_weight < 0:
+        raise DecisionInputError("data.option_set_loss_weight must be >= 0",
+                                 "data.option_set_loss_weight")
     if not 0 <= d.p_extraction_visible <= 1:
         raise DecisionInputError("data.p_extraction_visible must lie in [0, 1]", "data")
     if not 0 < d.extraction_rate_scale <= 1:

@@ -29,7 +29,7 @@ from decision.errors import CheckpointError, DecisionInputError, TrainingError
 from decision.train.batches import StepBatches
 from decision.train.config import TrainConfig
 from decision.train.masking import apply_mask, diffusion_loss, sample_t, slot_rates
-from decision.train.option_loss import BlockDenoiser, option_loss
+from decision.train.option_loss import BlockDenoiser, RowDenoiser, option_loss, option_set_loss
 from decision.train.rows import Batch, Row, collate
 
 STATE_FILE = "trainer_state.pt"
@@ -183,7 +183,9 @@ def batch_loss(
     times more supervised tokens per second. Gradients flow into the shared cache.
 
     With ``data.option_loss_weight = w > 0``, rows that carry their options (``Row.options``)
-    add ``w`` times the option loss (option_loss.py), its block forwards on the same cache.
+    add ``w`` times the option loss (option_loss.py), its block forwards on the same cache;
+    with ``data.option_set_loss_weight = w > 0``, rows that also carry an option set
+    (``Row.option_set``) add ``w`` times the option-set loss, likewise.
     """
     draws = cfg.run.denoise_draws
     device = device or torch.device("cpu")
@@ -192,7 +194,11 @@ def batch_loss(
         else nullcontext()
     )
     scored = cfg.data.option_loss_weight > 0 and bool(batch.scored_slots)
-    shared = (draws > 1 or scored) and hasattr(model, "prefill") and hasattr(model, "denoise")
+    sets = batch.scored_sets or tuple(() for _ in batch.scored_slots)
+    with_sets = [(slot, members) for slot, members in zip(batch.scored_slots, sets, strict=True)
+                 if members] if cfg.data.option_set_loss_weight > 0 else []
+    shared = (draws > 1 or scored or bool(with_sets)) and hasattr(model, "prefill") \
+        and hasattr(model, "denoise")
     on = batch.to(device)
     total = torch.zeros((), device=device)
     with ctx:
@@ -228,7 +234,27 @@ def batch_loss(
                 _block_denoiser(model, on, cache), on.block_ids, batch.scored_slots,
                 mask_token_id,
             )
+        if with_sets:
+            total = total + cfg.data.option_set_loss_weight * option_set_loss(
+                _row_denoiser(model, on, cache), on.block_ids, [slot for slot, _ in with_sets],
+                [members for _, members in with_sets], mask_token_id,
+            )
     return total
+
+
+def _row_denoiser(model: TrainableModel, on: Batch, cache: Any) -> RowDenoiser:
+    """(block ids, the batch row of each) -> logits: rows of ``on`` repeated as needed, on the
+    shared history cache when there is one."""
+    def denoise(ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        mask = on.block_mask.index_select(0, rows)
+        segments = on.block_segments.index_select(0, rows)
+        if cache is not None:
+            return model.denoise(ids, cache.index_select(rows), mask, segments)  # type: ignore[attr-defined]
+        return model(on.history_ids.index_select(0, rows), ids,
+                     history_mask=on.history_mask.index_select(0, rows), block_mask=mask,
+                     history_segments=on.history_segments.index_select(0, rows),
+                     block_segments=segments)
+    return denoise
 
 
 def _block_denoiser(model: TrainableModel, on: Batch, cache: Any) -> BlockDenoiser:

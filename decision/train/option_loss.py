@@ -105,3 +105,112 @@ def option_loss(
     if not slots:
         return blocks.new_zeros((), dtype=torch.float32)
     return -gold_option_log_probs(denoise, blocks, slots, mask_token_id, orders).mean()
+
+
+# (block ids [N, L], the batch row each comes from [N]) -> logits [N, L, V]
+RowDenoiser = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def option_set_log_probs(
+    denoise: RowDenoiser,
+    blocks: torch.Tensor,
+    slots: Sequence[SlotOptions],
+    sets: Sequence[Sequence[int]],
+    mask_token_id: int,
+    orders: Sequence[str] = ORDERS,
+) -> torch.Tensor:
+    """log of the option scorer's probability that each slot's answer is in its set:
+    ``[len(slots)]``, ``sets[k]`` indexing ``slots[k].sequences``.
+
+    The scorer's probability of a set is the sum of its options' probabilities (the mean over
+    ``orders`` of each one's chain rule, every factor normalised over the tokens that continue
+    *some* option of the slot, as :func:`decision.joint.scoring.score_options` does), so only the
+    set's options need forwards: per level, one row per distinct block state (slot, fixed
+    tokens) any order of any member reaches, all in one ``denoise`` call whose second argument
+    names each row's batch row (repeated as often as needed). Differentiable through ``denoise``.
+    """
+    if not orders:
+        raise ValueError("at least one scoring order is needed")
+    if len(sets) != len(slots):
+        raise ValueError("one set of options is needed per slot")
+    if not slots:
+        return torch.zeros(0)
+    for k, (slot, members) in enumerate(zip(slots, sets, strict=True)):
+        if not members or len(set(members)) != len(members) \
+                or not all(0 <= m < len(slot.sequences) for m in members):
+            raise ValueError(f"slot {k}: its set must name distinct options of the slot")
+    masked = blocks.clone()
+    for slot in slots:
+        masked[slot.row, slot.start : slot.start + slot.length] = mask_token_id
+    perms = [[order_positions(order, slot.length) for order in orders] for slot in slots]
+    # one term per (slot, order, member): the sum of that member's factors under that order
+    term_of: dict[tuple[int, int, int], int] = {}
+    term_slots: list[int] = []
+    for k, members in enumerate(sets):
+        for o in range(len(orders)):
+            for m in members:
+                term_of[(k, o, m)] = len(term_slots)
+                term_slots.append(k)
+    totals = torch.zeros(len(term_slots), device=blocks.device)
+    continuing: dict[tuple[int, tuple[tuple[int, int], ...], int], list[int]] = {}
+    for level in range(max(slot.length for slot in slots)):
+        states: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {}  # -> forward row
+        reads: list[tuple[int, int, list[int], int, int]] = []  # term, row, candidates, ...
+        for k, (slot, members) in enumerate(zip(slots, sets, strict=True)):
+            if level >= slot.length:
+                continue
+            for o, perm in enumerate(perms[k]):
+                fixed, here = perm[:level], perm[level]
+                for m in members:
+                    seq = slot.sequences[m]
+                    state = (k, tuple((p, seq[p]) for p in sorted(fixed)))
+                    candidates = continuing.get((*state, here))
+                    if candidates is None:  # the tokens that continue some option here
+                        candidates = sorted({s[here] for s in slot.sequences
+                                             if all(s[p] == t for p, t in state[1])})
+                        continuing[(*state, here)] = candidates
+                    if len(candidates) == 1:  # probability 1: no factor
+                        continue
+                    index = states.setdefault(state, len(states))
+                    reads.append((term_of[(k, o, m)], index, candidates,
+                                  slot.start + here, candidates.index(seq[here])))
+        if not reads:
+            continue
+        ordered = sorted(states, key=states.__getitem__)
+        rows = torch.tensor([slots[k].row for k, _ in ordered], device=blocks.device)
+        ids = masked.index_select(0, rows).clone()
+        for i, (k, fixed) in enumerate(ordered):
+            for p, token in fixed:
+                ids[i, slots[k].start + p] = token
+        logits = denoise(ids, rows)
+        width = max(len(r[2]) for r in reads)
+        cand = torch.zeros(len(reads), width, dtype=torch.long)
+        allowed = torch.zeros(len(reads), width, dtype=torch.bool)
+        for j, r in enumerate(reads):
+            cand[j, : len(r[2])] = torch.tensor(r[2])
+            allowed[j, : len(r[2])] = True
+        device = logits.device
+        at = logits[torch.tensor([r[1] for r in reads], device=device)[:, None],
+                    torch.tensor([r[3] for r in reads], device=device)[:, None],
+                    cand.to(device)].float()
+        lp = torch.log_softmax(at.masked_fill(~allowed.to(device), -torch.inf), dim=-1)
+        picked = lp.gather(1, torch.tensor([r[4] for r in reads], device=device)[:, None])
+        totals = totals.index_add(0, torch.tensor([r[0] for r in reads], device=device),
+                                  picked.squeeze(1))
+    slot_of_term = torch.tensor(term_slots, device=blocks.device)
+    return torch.stack([torch.logsumexp(totals[slot_of_term == k], dim=0)
+                        for k in range(len(slots))]) - math.log(len(orders))
+
+
+def option_set_loss(
+    denoise: RowDenoiser,
+    blocks: torch.Tensor,
+    slots: Sequence[SlotOptions],
+    sets: Sequence[Sequence[int]],
+    mask_token_id: int,
+    orders: Sequence[str] = ORDERS,
+) -> torch.Tensor:
+    """Mean over the slots of ``-log P(answer in its set)`` (0 without any)."""
+    if not slots:
+        return blocks.new_zeros((), dtype=torch.float32)
+    return -option_set_log_probs(denoise, blocks, slots, sets, mask_token_id, orders).mean()

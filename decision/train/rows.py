@@ -34,6 +34,9 @@ class Row:
     # block, for the option loss (option_loss.py); () when the row has none.
     options: tuple[tuple[int, ...], ...] = ()
     options_start: int = -1
+    # Indices into ``options`` of the answers the option-set loss counts as acceptable (the
+    # gold among them); () when the row has none.
+    option_set: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         n_h, n_b = len(self.history_ids), len(self.block_ids)
@@ -50,6 +53,16 @@ class Row:
             if tuple(self.block_ids[self.options_start : self.options_start + length]) \
                     not in self.options:
                 raise ValueError("the block's answer is not among the row's options")
+        if self.option_set:
+            if not self.options:
+                raise ValueError("an option set needs the row's options")
+            if len(set(self.option_set)) != len(self.option_set) or not all(
+                    0 <= i < len(self.options) for i in self.option_set):
+                raise ValueError("the option set must name distinct options of the row")
+            length = len(self.options[0])
+            answer = tuple(self.block_ids[self.options_start : self.options_start + length])
+            if self.options.index(answer) not in self.option_set:
+                raise ValueError("the option set must hold the block's answer")
 
 
 @dataclass
@@ -66,6 +79,8 @@ class Batch:
     roles: torch.Tensor
     n_tokens: int  # real history + block tokens: what the tokens/s figure counts
     scored_slots: tuple[SlotOptions, ...] = ()  # the rows' options (Row.options), by batch row
+    # per scored slot, its row's option set (Row.option_set; () for a row without one)
+    scored_sets: tuple[tuple[int, ...], ...] = ()
 
     def to(self, device: torch.device) -> Batch:
         """The same batch on ``device`` (tensors already there are not copied)."""
@@ -105,4 +120,5 @@ def collate(rows: list[Row], pad_token_id: int) -> Batch:
         n_tokens=int(hist_mask.sum() + block_mask.sum()),
         scored_slots=tuple(SlotOptions(b, r.options_start, r.options)
                            for b, r in enumerate(rows) if r.options),
+        scored_sets=tuple(r.option_set for r in rows if r.options),
     )
