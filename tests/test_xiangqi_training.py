@@ -244,6 +244,42 @@ def test_book_targets_label_recurring_positions_with_the_most_frequent_move(
         MoveRowSource(games, refs, tokenizer, book=book, book_min_count=-1)
 
 
+def test_sound_sets_are_the_target_and_the_moves_the_blunder_check_keeps(
+    games: list[GameRecord], tokenizer: Any
+) -> None:
+    from apps.xiangqi.model_player import sound_moves
+
+    refs = sample_positions(games, 12, seed=4)
+    plain = MoveRowSource(games, refs, tokenizer)
+    checked = MoveRowSource(games, refs, tokenizer, sound_depth=1)
+    mirrored = MoveRowSource(games, refs, tokenizer, mirror_share=1.0, sound_depth=1)
+    narrowed = 0
+    for i in range(12):
+        row, same = checked.row(i), plain.row(i)
+        assert same.option_set == ()
+        assert (row.history_ids, row.block_ids, row.options) == \
+            (same.history_ids, same.block_ids, same.options)
+        board, gold = checked.position(i)
+        options = checked.example(i).question["answer"]["options"]
+        keep = {m.iccs() for m in sound_moves(board, SearchConfig(depth=1), 0.0)} | {gold}
+        if len(keep) == len(options):  # every move kept: nothing to learn, no set
+            assert row.option_set == ()
+            continue
+        narrowed += 1
+        assert [options[k] for k in row.option_set] == [o for o in options if o in keep]
+        assert gold in [options[k] for k in row.option_set]
+        flipped_board, flipped_gold = mirrored.position(i)
+        flipped = mirrored.row(i)
+        flipped_options = mirrored.example(i).question["answer"]["options"]
+        assert flipped_gold in [flipped_options[k] for k in flipped.option_set]
+        assert sorted(flipped_options[k] for k in flipped.option_set) == sorted(
+            Symmetry(mirror=True).iccs(m) for m in keep)
+        assert flipped_board.fen() == Symmetry(mirror=True).board(board).fen()
+    assert narrowed > 0
+    with pytest.raises(DecisionInputError, match="sound_depth"):
+        MoveRowSource(games, refs, tokenizer, sound_depth=-1)
+
+
 def test_tiny_training_run_loss_is_finite_and_falls(
     games: list[GameRecord], tokenizer: Any, tmp_path: Path
 ) -> None:
@@ -421,6 +457,8 @@ def test_player_config_values_are_checked_before_the_games_load(
         ({"xiangqi": {"drill_share": 1.5}}, "drill_share must be in [0, 1]"),
         ({"xiangqi": {"drill_share": 0.2}}, "needs 1 <= book_min_count <= drill_min_count"),
         ({"xiangqi": {"drill_share": 0.2, "book_min_count": 6}}, "book_min_count <= drill_min"),
+        ({"xiangqi": {"sound_depth": 4}}, "sound_depth must be 0 (off) to 3"),
+        ({"xiangqi": {"sound_depth": 2}}, "needs data.option_set_loss_weight > 0"),
         ({"train": {"data": {"task": "contracts"}}}, "this driver trains 'xiangqi'"),
         ({"xiangqi": {"train_games": str(tmp_path / "none.jsonl.gz")}}, "cannot read games file"),
     ]:

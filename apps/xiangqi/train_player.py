@@ -103,6 +103,10 @@ class XiangqiSection:
     # book's move as target), not over plies; 0 draws none.
     drill_share: float = 0.0
     drill_min_count: int = 5
+    # The option-set loss (``data.option_set_loss_weight``): each row's acceptable moves are its
+    # target and the moves a material search of this depth keeps within 0 of the best (the
+    # blunder check of SearchGuidedPlayer); 0 gives the rows no set.
+    sound_depth: int = 0
 
 
 def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
@@ -138,6 +142,8 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
         raise DecisionInputError("xiangqi.opening_share must be in [0, 1]", "xiangqi.opening_share")
     if xq.opening_plies < 1:
         raise DecisionInputError("xiangqi.opening_plies must be >= 1", "xiangqi.opening_plies")
+    if not 0 <= xq.sound_depth <= 3:
+        raise DecisionInputError("xiangqi.sound_depth must be 0 (off) to 3", "xiangqi.sound_depth")
     if xq.book_min_count < 0:
         raise DecisionInputError("xiangqi.book_min_count must be >= 0", "xiangqi.book_min_count")
     if not 0.0 <= xq.drill_share <= 1.0:
@@ -156,6 +162,9 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
             f"train.data.task is {task!r}: this driver trains 'xiangqi' (contracts: decision "
             "train)", "data.task",
         )
+    if xq.sound_depth and cfg.data.option_set_loss_weight <= 0:
+        raise DecisionInputError("xiangqi.sound_depth needs data.option_set_loss_weight > 0",
+                                 "xiangqi.sound_depth")
     return cfg, xq
 
 
@@ -288,7 +297,10 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
             refs, last_ply_positions(taught, len(games), n_teacher, xq.seed + 3), xq.seed + 4)
         games = games + taught
     source = MoveRowSource(games, refs, model.tokenizer, xq.mirror_share, xq.seed + 5,
-                           book, xq.book_min_count, n_games)
+                           book, xq.book_min_count, n_games, xq.sound_depth)
+    if xq.sound_depth:
+        log(f"option sets: the target and the moves a depth-{xq.sound_depth} search keeps, "
+            f"weight {cfg.data.option_set_loss_weight:g}")
     if xq.mirror_share:
         log(f"mirror: {xq.mirror_share:.0%} of the rows show the position mirrored")
     val = validation_examples(valid, xq.val_positions, xq.seed + 2)

@@ -15,7 +15,7 @@ training run touches ~10^5 positions out of 2.2M, and replaying costs ~40 us a p
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,9 @@ from apps.xiangqi.board import Board
 from apps.xiangqi.book import MoveBook
 from apps.xiangqi.core import Move
 from apps.xiangqi.dataset import iter_games, start_board
+from apps.xiangqi.model_player import sound_moves
 from apps.xiangqi.render import move_question, position_document
+from apps.xiangqi.search import SearchConfig
 from apps.xiangqi.symmetry import Symmetry
 from decision.errors import DecisionInputError
 from decision.joint.layout import build_layout
@@ -211,9 +213,13 @@ def encode_example(
     tokenizer: Tokenizer,
     special: SpecialIds,
     option_ids: dict[str, tuple[int, ...]] | None = None,
+    acceptable: Collection[str] = (),
 ) -> Row:
     """Lay an example out as the decoder does, with the gold move in the slot (EOS-padded) and
     every legal move as the row's options (``Row.options``, for the option loss).
+
+    ``acceptable``: moves the option-set loss counts as acceptable besides the gold
+    (``Row.option_set``); none, or all the options with them, leave the row without a set.
 
     ``option_ids``: an option -> token ids cache kept by the caller for this tokenizer (there
     are at most a few thousand ICCS moves; encoding a position's ~40 options was half of a
@@ -248,7 +254,17 @@ def encode_example(
         meta={"gold": ex.gold},
         options=padded,
         options_start=block_slots[0].start,
+        option_set=_option_set(options, ex.gold, acceptable),
     )
+
+
+def _option_set(options: Sequence[str], gold: str, acceptable: Collection[str]
+                ) -> tuple[int, ...]:
+    if not acceptable:
+        return ()
+    keep = set(acceptable) | {gold}
+    chosen = tuple(i for i, option in enumerate(options) if option in keep)
+    return () if len(chosen) == len(options) else chosen
 
 
 class MoveRowSource:
@@ -267,12 +283,18 @@ class MoveRowSource:
     games (the master games; teacher records after them keep their labels) that the book saw
     at least ``book_min_count`` times is labelled with the book's most frequent move there
     instead of the drawn game's move, so a recurring opening position always asks for one move.
+
+    ``sound_depth`` >= 1 (the option-set loss): each row carries, as its set of acceptable
+    moves, the target and the moves a material search of that depth keeps within 0 of the best
+    (:func:`apps.xiangqi.model_player.sound_moves`, the blunder check of
+    :class:`~apps.xiangqi.model_player.SearchGuidedPlayer`), so the loss moves probability
+    off the moves that check would veto; 0 gives no set.
     """
 
     def __init__(self, games: Sequence[GameRecord], refs: Sequence[PositionRef],
                  tokenizer: Tokenizer, mirror_share: float = 0.0, seed: int = 0,
                  book: MoveBook | None = None, book_min_count: int = 0,
-                 book_games: int | None = None) -> None:
+                 book_games: int | None = None, sound_depth: int = 0) -> None:
         if not refs:
             raise DecisionInputError("no positions to train on", "refs")
         if not 0.0 <= mirror_share <= 1.0:
@@ -280,6 +302,9 @@ class MoveRowSource:
         if book_min_count < 0 or (book_min_count > 0 and book is None):
             raise DecisionInputError("book_min_count must be >= 0 and > 0 needs a book",
                                      "book_min_count")
+        if sound_depth < 0:
+            raise DecisionInputError("sound_depth must be >= 0", "sound_depth")
+        self.search = SearchConfig(depth=sound_depth) if sound_depth else None
         self.book = book if book_min_count > 0 else None
         self.book_min_count = book_min_count
         self.book_games = len(games) if book_games is None else book_games
@@ -297,7 +322,8 @@ class MoveRowSource:
             return False
         return random.Random(f"mirror:{self.seed}:{i}").random() < self.mirror_share
 
-    def example(self, i: int) -> MoveExample:
+    def position(self, i: int) -> tuple[Board, str]:
+        """Row ``i``'s board (mirrored or not) and the move it asks for."""
         for k in range(len(self.refs)):
             ref = self.refs[(i + k) % len(self.refs)]
             game = self.games[ref.game]
@@ -305,9 +331,12 @@ class MoveRowSource:
             if len(board.legal_moves) > 1:
                 gold = self.target(ref, board)
                 if self.mirrored(i):
-                    return example_at(MIRROR.board(board), MIRROR.iccs(gold))
-                return example_at(board, gold)
+                    return MIRROR.board(board), MIRROR.iccs(gold)
+                return board, gold
         raise DecisionInputError("every sampled position has a single legal move", "refs")
+
+    def example(self, i: int) -> MoveExample:
+        return example_at(*self.position(i))
 
     def target(self, ref: PositionRef, board: Board) -> str:
         """The move row ``ref`` asks for: the game's, or the book's (see the class)."""
@@ -317,4 +346,9 @@ class MoveRowSource:
         return book_target(self.book, board, played, self.book_min_count)
 
     def row(self, i: int) -> Row:
-        return encode_example(self.example(i), self.tokenizer, self.special, self._option_ids)
+        board, gold = self.position(i)
+        acceptable: Collection[str] = ()
+        if self.search is not None:
+            acceptable = {m.iccs() for m in sound_moves(board, self.search, 0.0)}
+        return encode_example(example_at(board, gold), self.tokenizer, self.special,
+                              self._option_ids, acceptable)
