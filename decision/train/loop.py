@@ -26,10 +26,11 @@ from typing import Any, Protocol
 import torch
 
 from decision.errors import CheckpointError, DecisionInputError, TrainingError
+from decision.joint.scoring import Denoiser
 from decision.train.batches import StepBatches
 from decision.train.config import TrainConfig
 from decision.train.masking import apply_mask, diffusion_loss, sample_t, slot_rates
-from decision.train.option_loss import BlockDenoiser, RowDenoiser, option_loss, option_set_loss
+from decision.train.option_loss import BlockDenoiser, option_loss, option_set_loss
 from decision.train.rows import Batch, Row, collate
 
 STATE_FILE = "trainer_state.pt"
@@ -242,7 +243,7 @@ def batch_loss(
     return total
 
 
-def _row_denoiser(model: TrainableModel, on: Batch, cache: Any) -> RowDenoiser:
+def _row_denoiser(model: TrainableModel, on: Batch, cache: Any) -> Denoiser:
     """(block ids, the batch row of each) -> logits: rows of ``on`` repeated as needed, on the
     shared history cache when there is one."""
     def denoise(ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

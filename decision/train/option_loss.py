@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from decision.joint.scoring import ORDERS, SlotOptions, order_positions
+from decision.joint.scoring import ORDERS, Denoiser, SlotOptions, order_positions
 
 # block ids [B, L] -> logits [B, L, V]
 BlockDenoiser = Callable[[torch.Tensor], torch.Tensor]
@@ -107,12 +107,8 @@ def option_loss(
     return -gold_option_log_probs(denoise, blocks, slots, mask_token_id, orders).mean()
 
 
-# (block ids [N, L], the batch row each comes from [N]) -> logits [N, L, V]
-RowDenoiser = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
 def option_set_log_probs(
-    denoise: RowDenoiser,
+    denoise: Denoiser,
     blocks: torch.Tensor,
     slots: Sequence[SlotOptions],
     sets: Sequence[Sequence[int]],
@@ -203,7 +199,7 @@ def option_set_log_probs(
 
 
 def option_set_loss(
-    denoise: RowDenoiser,
+    denoise: Denoiser,
     blocks: torch.Tensor,
     slots: Sequence[SlotOptions],
     sets: Sequence[Sequence[int]],
