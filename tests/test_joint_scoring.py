@@ -63,7 +63,8 @@ def problems(draw):
             blocks[row, start : start + length] = MASK
             slots.append(SlotOptions(row, start, tuple(options)))
             start += length + 1
-    orders = draw(st.sampled_from([ORDERS, ("left_to_right",), ("right_to_left",)]))
+    orders = draw(st.sampled_from([ORDERS, ("left_to_right",), ("right_to_left",),
+                                   ("positions:2,0,3,1",), ("positions:1", "positions:3,2")]))
     return blocks, slots, orders, draw(st.integers(0, 2**16)), draw(st.integers(1, 9))
 
 
@@ -110,6 +111,13 @@ def test_orders_and_bad_slots() -> None:
     assert order_positions("right_to_left", 3) == [2, 1, 0]
     with pytest.raises(ValueError, match="unknown scoring order"):
         order_positions("middle_out", 3)
+    assert order_positions("positions:2,0,1", 3) == [2, 0, 1]
+    # positions the slot lacks are skipped; those the order does not name follow, left to right
+    assert order_positions("positions:3,1", 2) == [1, 0]
+    assert order_positions("positions:2", 4) == [2, 0, 1, 3]
+    for bad in ("positions:", "positions:1,1", "positions:-1,0", "positions:a,b"):
+        with pytest.raises(ValueError, match="distinct non-negative positions"):
+            order_positions(bad, 3)
     with pytest.raises(ValueError, match="one length"):
         SlotOptions(0, 0, ((1, 2), (3,)))
     with pytest.raises(ValueError, match="same tokens"):

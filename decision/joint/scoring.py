@@ -59,13 +59,38 @@ class ScoredOptions:
     row_forwards: torch.Tensor
 
 
+# An explicit order names slot positions: "positions:2,3,0,1" scores position 2 first, then 3, 0
+# and 1; positions a slot lacks are skipped and the slot's positions it does not name follow,
+# left to right (slots of one request differ in length).
+POSITIONS_PREFIX = "positions:"
+
+
 def order_positions(order: str, length: int) -> list[int]:
-    """The slot positions in the order they are scored."""
+    """The slot positions in the order they are scored: ``left_to_right``, ``right_to_left`` or
+    an explicit ``positions:i,j,...`` (see :data:`POSITIONS_PREFIX`)."""
     if order == "left_to_right":
         return list(range(length))
     if order == "right_to_left":
         return list(range(length - 1, -1, -1))
-    raise ValueError(f"unknown scoring order {order!r}; known: {list(ORDERS)}")
+    if order.startswith(POSITIONS_PREFIX):
+        named = _named_positions(order)
+        first = [p for p in named if p < length]
+        return first + [p for p in range(length) if p not in named]
+    raise ValueError(f"unknown scoring order {order!r}; known: {list(ORDERS)} or "
+                     f"'{POSITIONS_PREFIX}i,j,...'")
+
+
+def _named_positions(order: str) -> list[int]:
+    """The distinct non-negative positions an explicit order names, in its order."""
+    text = order[len(POSITIONS_PREFIX):]
+    try:
+        named = [int(part) for part in text.split(",")]
+    except ValueError:
+        named = []
+    if not named or any(p < 0 for p in named) or len(set(named)) != len(named):
+        raise ValueError(f"scoring order {order!r}: {POSITIONS_PREFIX} needs distinct "
+                         "non-negative positions separated by commas")
+    return named
 
 
 @dataclass(frozen=True)
