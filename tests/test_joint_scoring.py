@@ -215,6 +215,20 @@ def test_one_order_is_a_config_choice(model) -> None:
     assert abs(sum(d.answers[0].option_probabilities.values()) - 1.0) < 1e-5
 
 
+def test_orders_mix_as_the_mean_of_their_probabilities(model) -> None:
+    # what benchmarks/xiangqi_option_mixtures.py relies on: scoring one order at a time and
+    # averaging gives the engine's answer over those orders
+    orders = ("left_to_right", "right_to_left", "positions:1,0")
+    singles = [decide(model, DOC, [CHOICE], return_probabilities=True, score_options=True,
+                      config=EngineConfig(scoring_orders=(order,))).answers[0]
+               for order in orders]
+    mixed = decide(model, DOC, [CHOICE], return_probabilities=True, score_options=True,
+                   config=EngineConfig(scoring_orders=orders)).answers[0]
+    for option, p in mixed.option_probabilities.items():
+        mean = sum(s.option_probabilities[option] for s in singles) / len(orders)
+        assert p == pytest.approx(mean, abs=1e-6)
+
+
 def test_mixed_batch_keeps_request_order(model) -> None:
     scored = {"document": DOC, "questions": [CHOICE], "score_options": True,
               "return_probabilities": True}
