@@ -76,6 +76,23 @@ def test_is_the_option_scorers_probability_of_the_gold(problem) -> None:
     assert abs(float(loss) + float(got.log().mean())) < 1e-5
 
 
+@settings(max_examples=40, deadline=None)
+@given(problems())
+def test_each_order_is_the_mean_of_each_orders_own_loss(problem) -> None:
+    # each order's own probability is the scorer's with that order alone; the per-order loss is
+    # their mean -log, never below the mixture's (Jensen), equal with a single order
+    blocks, slots, orders, seed = problem
+    denoise, _ = context_denoiser(seed)
+    own = torch.stack([gold_option_log_probs(denoise, blocks, slots, MASK, (order,))
+                       for order in orders], dim=1)
+    each = option_loss(denoise, blocks, slots, MASK, orders, each_order=True)
+    mixed = option_loss(denoise, blocks, slots, MASK, orders)
+    assert abs(float(each) + float(own.mean())) < 1e-6
+    assert float(each) >= float(mixed) - 1e-9
+    if len(orders) == 1:
+        assert abs(float(each) - float(mixed)) < 1e-9
+
+
 def test_takes_two_l_minus_one_forwards_and_sends_a_gradient() -> None:
     weight = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
     denoise, calls = context_denoiser(3, weight)
@@ -127,12 +144,14 @@ def test_batch_loss_adds_the_weighted_option_loss_of_the_model(draws: int) -> No
             for b in range(2)]
     batch = collate(rows, pad_token_id=11)
 
-    def cfg(weight: float):
-        return config_from_dict({"data": {"option_loss_weight": weight},
+    def cfg(weight: float, each_order: bool = False):
+        return config_from_dict({"data": {"option_loss_weight": weight,
+                                          "option_loss_each_order": each_order},
                                  "run": {"denoise_draws": draws}})
 
-    def loss(weight: float) -> torch.Tensor:
-        return batch_loss(model, batch, cfg(weight), MASK, torch.Generator().manual_seed(4))
+    def loss(weight: float, each_order: bool = False) -> torch.Tensor:
+        return batch_loss(model, batch, cfg(weight, each_order), MASK,
+                          torch.Generator().manual_seed(4))
 
     def full_forward(ids: torch.Tensor) -> torch.Tensor:  # no cache: the plain forward
         return model(batch.history_ids, ids, history_mask=batch.history_mask,
@@ -143,3 +162,7 @@ def test_batch_loss_adds_the_weighted_option_loss_of_the_model(draws: int) -> No
         expected = option_loss(full_forward, batch.block_ids, batch.scored_slots, MASK)
         assert float(expected) > 0
         assert abs(float(loss(2.0) - loss(0.0)) - 2.0 * float(expected)) < 1e-4
+        each = option_loss(full_forward, batch.block_ids, batch.scored_slots, MASK,
+                           each_order=True)
+        assert float(each) > float(expected)  # the two orders differ on this model
+        assert abs(float(loss(2.0, True) - loss(0.0)) - 2.0 * float(each)) < 1e-4

@@ -67,6 +67,9 @@ class DataSection:
     # Weight of the option loss (option_loss.py: -log of the option scorer's probability of the
     # gold option) added to the diffusion loss, on rows that carry their options; 0 = off.
     option_loss_weight: float = 0.0
+    # True: the option loss is the mean over the scoring orders of -log each order's own
+    # probability of the gold, not -log of their mixture (option_loss.option_loss).
+    option_loss_each_order: bool = False
     # Weight of the option-set loss (option_loss.py: -log of the option scorer's probability
     # that the answer is in the row's set of acceptable options, Row.option_set), on rows
     # that carry a set; 0 = off.

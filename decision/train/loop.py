@@ -233,7 +233,7 @@ def batch_loss(
         if scored:
             total = total + cfg.data.option_loss_weight * option_loss(
                 _block_denoiser(model, on, cache), on.block_ids, batch.scored_slots,
-                mask_token_id,
+                mask_token_id, each_order=cfg.data.option_loss_each_order,
             )
         if with_sets:
             total = total + cfg.data.option_set_loss_weight * option_set_loss(

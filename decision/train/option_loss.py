@@ -40,6 +40,21 @@ def gold_option_log_probs(
     names its batch row, start and options (``[EOS]``-padded, the gold among them), at most one
     slot per row. Differentiable through ``denoise``.
     """
+    per_order = gold_order_log_probs(denoise, blocks, slots, mask_token_id, orders)
+    if per_order.numel() == 0:
+        return torch.zeros(0)
+    return torch.logsumexp(per_order, dim=1) - math.log(len(orders))
+
+
+def gold_order_log_probs(
+    denoise: BlockDenoiser,
+    blocks: torch.Tensor,
+    slots: Sequence[SlotOptions],
+    mask_token_id: int,
+    orders: Sequence[str] = ORDERS,
+) -> torch.Tensor:
+    """log of each order's own chain-rule probability of each slot's gold option:
+    ``[len(slots), len(orders)]`` (the scorer's probability is their mean in probability)."""
     if not orders:
         raise ValueError("at least one scoring order is needed")
     rows = [slot.row for slot in slots]
@@ -89,9 +104,8 @@ def gold_option_log_probs(
             picked = lp.gather(1, torch.tensor(targets, device=lp.device)[:, None]).squeeze(1)
             for j, i in enumerate(active):
                 terms[i][o].append(picked[j])
-    per_order = torch.stack([torch.stack([torch.stack(t).sum() for t in by_order])
-                             for by_order in terms])  # [slots, orders]
-    return torch.logsumexp(per_order, dim=1) - math.log(len(orders))
+    return torch.stack([torch.stack([torch.stack(t).sum() for t in by_order])
+                        for by_order in terms])  # [slots, orders]
 
 
 def option_loss(
@@ -100,10 +114,18 @@ def option_loss(
     slots: Sequence[SlotOptions],
     mask_token_id: int,
     orders: Sequence[str] = ORDERS,
+    each_order: bool = False,
 ) -> torch.Tensor:
-    """Mean over the scored slots of ``-log P(gold option)`` (0 without any)."""
+    """Mean over the scored slots of ``-log P(gold option)`` (0 without any).
+
+    ``each_order``: the mean over the orders of ``-log`` each order's own probability instead
+    of ``-log`` of their mixture, so that no order can leave the gold to another: ``-log`` of
+    the orders' geometric mean, an upper bound on the mixture's loss (Jensen).
+    """
     if not slots:
         return blocks.new_zeros((), dtype=torch.float32)
+    if each_order:
+        return -gold_order_log_probs(denoise, blocks, slots, mask_token_id, orders).mean()
     return -gold_option_log_probs(denoise, blocks, slots, mask_token_id, orders).mean()
 
 
