@@ -41,8 +41,6 @@ def gold_option_log_probs(
     slot per row. Differentiable through ``denoise``.
     """
     per_order = gold_order_log_probs(denoise, blocks, slots, mask_token_id, orders)
-    if per_order.numel() == 0:
-        return torch.zeros(0)
     return torch.logsumexp(per_order, dim=1) - math.log(len(orders))
 
 
@@ -61,7 +59,7 @@ def gold_order_log_probs(
     if len(set(rows)) != len(rows):
         raise ValueError("the option loss takes at most one scored slot per row")
     if not slots:
-        return torch.zeros(0)
+        return torch.zeros(0, len(orders))
     golds = [tuple(blocks[s.row, s.start : s.start + s.length].tolist()) for s in slots]
     for slot, gold in zip(slots, golds, strict=True):
         if gold not in slot.sequences:
