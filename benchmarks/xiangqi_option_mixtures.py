@@ -43,13 +43,16 @@ sys.path.insert(0, str(REPO_ROOT))
 import torch  # noqa: E402
 
 from apps.xiangqi.dataset import data_dir  # noqa: E402
-from apps.xiangqi.evaluate import SamplePosition, agreement_sample, cached_training_keys  # noqa: E402
-from apps.xiangqi.model_player import decoder_options, repetition_safe_moves  # noqa: E402
-from apps.xiangqi.render import move_question  # noqa: E402
+from apps.xiangqi.evaluate import (  # noqa: E402
+    SamplePosition,
+    agreement_sample,
+    cached_training_keys,
+    move_request,
+)
 from apps.xiangqi.training import load_games  # noqa: E402
 from decision import load_model  # noqa: E402
 from decision.joint.engine import EngineConfig, decide_many  # noqa: E402
-from decision.joint.scoring import ORDERS  # noqa: E402
+from decision.joint.scoring import ORDERS, POSITIONS_PREFIX  # noqa: E402
 from decision.metrics import paired_hits_difference  # noqa: E402
 
 MOVE_TOKENS = 4  # letter, digit, letter, digit: every move's slot
@@ -63,22 +66,17 @@ def all_orders() -> list[str]:
     out = list(named)
     for perm in itertools.permutations(range(MOVE_TOKENS)):
         if list(perm) not in named.values():
-            out.append("positions:" + ",".join(map(str, perm)))
+            out.append(POSITIONS_PREFIX + ",".join(map(str, perm)))
     return out
 
 
-def score(model: Any, sample: Sequence[SamplePosition], order: str,
+def score(model: Any, requests: Sequence[dict[str, Any]], order: str,
           batch_size: int = 32) -> Probabilities:
-    """Every position's option probabilities under one scoring order (the player's question)."""
+    """Every request's option probabilities under one scoring order."""
     config = EngineConfig(scoring_orders=(order,))
     out: Probabilities = []
-    for start in range(0, len(sample), batch_size):
-        chunk = sample[start : start + batch_size]
-        requests = [{"document": p.example.document,
-                     "questions": [move_question(p.board, repetition_safe_moves(p.board))],
-                     "mode": "joint", "threshold": 0.9, "return_probabilities": True,
-                     **decoder_options("score")} for p in chunk]
-        for decision in decide_many(model, requests, config=config):
+    for start in range(0, len(requests), batch_size):
+        for decision in decide_many(model, requests[start : start + batch_size], config=config):
             probabilities = decision.answers[0].option_probabilities
             if probabilities is None:  # asked for above; the engine always gives them
                 raise RuntimeError("the engine returned no option probabilities")
@@ -168,13 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     sample = agreement_sample(load_games(data / "valid-games.jsonl.gz"), args.positions,
                               args.seed)
     seen = cached_training_keys(data / "train-games.jsonl.gz", args.keys_cache)
+    # the player's question, built once for every (model, order) pass
+    requests = [move_request(p, probabilities=True, decoder="score") for p in sample]
     t0 = time.monotonic()
     scores: dict[str, dict[str, Probabilities]] = {}
     for i, path in enumerate(args.models):
         model = load_model(path, dtype=torch.float32)
         scores[path] = {}
         for order in orders if i == 0 else ORDERS:
-            scores[path][order] = score(model, sample, order)
+            scores[path][order] = score(model, requests, order)
             print(f"[{time.monotonic() - t0:.0f} s] {path}: {order}", file=sys.stderr)
     lines, rows = report(sample, seen, variants(scores, orders))
     print("\n".join(lines))

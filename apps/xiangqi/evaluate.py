@@ -223,6 +223,16 @@ def _phase(ply: int) -> str:
     return "opening (ply < 20)" if ply < 20 else "middle (20-79)" if ply < 80 else "late (80+)"
 
 
+def move_request(position: SamplePosition, probabilities: bool = False,
+                 decoder: str = MOVE_DECODER) -> dict[str, Any]:
+    """The question the player asks about ``position`` as a ``decide_many`` request: its
+    options leave out a move that ends the game by repetition at once (``ModelPlayer``)."""
+    return {"document": position.example.document,
+            "questions": [move_question(position.board, repetition_safe_moves(position.board))],
+            "mode": "joint", "threshold": 0.9, "return_probabilities": probabilities,
+            **decoder_options(decoder)}
+
+
 def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
               batch_size: int = 32, search: SearchConfig | None = None,
               margin: float = DEFAULT_MARGIN, decoder: str = MOVE_DECODER) -> AgreementResult:
@@ -238,13 +248,7 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
     results: list[dict[str, Any]] = []
     for start in range(0, len(sample), batch_size):
         chunk = sample[start : start + batch_size]
-        # the question the player asks: its options leave out a move that ends the game by
-        # repetition at once
-        requests = [{"document": p.example.document,
-                     "questions": [move_question(p.board, repetition_safe_moves(p.board))],
-                     "mode": "joint", "threshold": 0.9, "return_probabilities": search is not None,
-                     **decoder_options(decoder)}
-                    for p in chunk]
+        requests = [move_request(p, search is not None, decoder) for p in chunk]
         for (ex, key, ply, board), decision in zip(chunk, decide_many(model, requests),
                                                    strict=True):
             answer = decision.answers[0]
