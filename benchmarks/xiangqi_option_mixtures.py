@@ -106,13 +106,13 @@ def variants(scores: dict[str, dict[str, Probabilities]], orders: Sequence[str]
     """The named mixtures (module docstring) of ``scores[model][order]``; "shipped" first."""
     models = list(scores)
     first = scores[models[0]]
-    out = {"shipped (first model, default pair)": mixture([first[o] for o in ORDERS])}
+    pairs = {m: mixture([scores[m][o] for o in ORDERS]) for m in models}
+    out = {"shipped (first model, default pair)": pairs[models[0]]}
     if len(orders) > len(ORDERS):
         for order in orders:
             out[f"order {order}"] = first[order]
         out[f"all {len(orders)} orders"] = mixture([first[o] for o in orders])
     if len(models) > 1:
-        pairs = {m: mixture([scores[m][o] for o in ORDERS]) for m in models}
         for m in models[1:]:
             out[f"model {m}"] = pairs[m]
         out[f"mean of {len(models)} models"] = mixture(list(pairs.values()))
