@@ -88,9 +88,11 @@ def test_each_order_is_the_mean_of_each_orders_own_loss(problem) -> None:
     each = option_loss(denoise, blocks, slots, MASK, orders, each_order=True)
     mixed = option_loss(denoise, blocks, slots, MASK, orders)
     assert abs(float(each) + float(own.mean())) < 1e-6
-    assert float(each) >= float(mixed) - 1e-9
+    # float32 sums: equal orders (or one) may round either way by a few ulps
+    tolerance = 1e-6 * max(1.0, abs(float(mixed)))
+    assert float(each) >= float(mixed) - tolerance
     if len(orders) == 1:
-        assert abs(float(each) - float(mixed)) < 1e-9
+        assert abs(float(each) - float(mixed)) < tolerance
 
 
 def test_takes_two_l_minus_one_forwards_and_sends_a_gradient() -> None:
