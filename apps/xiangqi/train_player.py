@@ -36,6 +36,7 @@ from tokenizers import Tokenizer
 from apps.xiangqi.book import MoveBook
 from apps.xiangqi.model_player import MOVE_DECODER, decoder_options
 from apps.xiangqi.training import (
+    AUX_KINDS,
     GameRecord,
     MoveExample,
     MoveRowSource,
@@ -107,6 +108,11 @@ class XiangqiSection:
     # target and the moves a material search of this depth keeps within 0 of the best (the
     # blunder check of SearchGuidedPlayer); 0 gives the rows no set.
     sound_depth: int = 0
+    # Multi-task: this share of the master rows also asks an auxiliary question in the same
+    # joint group ("reply": the opponent's next move in the game; "result": who won), trained by
+    # the diffusion loss; play asks only the move. 0 asks none.
+    aux: str = ""
+    aux_share: float = 0.0
 
 
 def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
@@ -144,6 +150,10 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
         raise DecisionInputError("xiangqi.opening_plies must be >= 1", "xiangqi.opening_plies")
     if not 0 <= xq.sound_depth <= 3:
         raise DecisionInputError("xiangqi.sound_depth must be 0 (off) to 3", "xiangqi.sound_depth")
+    if not 0.0 <= xq.aux_share <= 1.0 or (xq.aux_share > 0 and xq.aux not in AUX_KINDS):
+        raise DecisionInputError(
+            f"xiangqi.aux_share must be in [0, 1], and > 0 needs xiangqi.aux in {AUX_KINDS}",
+            "xiangqi.aux")
     if xq.book_min_count < 0:
         raise DecisionInputError("xiangqi.book_min_count must be >= 0", "xiangqi.book_min_count")
     if not 0.0 <= xq.drill_share <= 1.0:
@@ -297,7 +307,10 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
             refs, last_ply_positions(taught, len(games), n_teacher, xq.seed + 3), xq.seed + 4)
         games = games + taught
     source = MoveRowSource(games, refs, model.tokenizer, xq.mirror_share, xq.seed + 5,
-                           book, xq.book_min_count, n_games, xq.sound_depth)
+                           book, xq.book_min_count, n_games, xq.sound_depth,
+                           xq.aux, xq.aux_share)
+    if xq.aux_share:
+        log(f"auxiliary question {xq.aux!r} on {xq.aux_share:.0%} of the master rows")
     if xq.sound_depth:
         log(f"option sets: the target and the moves a depth-{xq.sound_depth} search keeps, "
             f"weight {cfg.data.option_set_loss_weight:g}")

@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 
 from apps.xiangqi.board import Board
 from apps.xiangqi.book import MoveBook
-from apps.xiangqi.core import Move
+from apps.xiangqi.core import COLOR_NAMES, Move
 from apps.xiangqi.dataset import iter_games, start_board
 from apps.xiangqi.model_player import sound_moves
 from apps.xiangqi.render import move_question, position_document
@@ -36,7 +36,7 @@ from decision.joint.layout import build_layout
 from decision.schemas.compile import tokenizer_context
 from decision.tokenizer import SpecialIds, special_ids
 from decision.train.masking import ROLE_PLAIN
-from decision.train.rows import KIND_STANDALONE, Row
+from decision.train.rows import KIND_JOINT, KIND_STANDALONE, Row
 
 FULL_GAME_CATEGORY = "對局"  # "game record": complete games; the rest are fragments/exercises
 MIRROR = Symmetry(mirror=True)
@@ -49,6 +49,7 @@ class GameRecord:
     start_fen: str
     moves: tuple[str, ...]
     category: str
+    result: str = ""  # "1-0", "0-1", "1/2-1/2"; anything else (or "") is unknown
 
     @property
     def is_full_game(self) -> bool:
@@ -79,7 +80,8 @@ def load_games(path: str | Path, limit: int | None = None) -> list[GameRecord]:
     try:
         for record in iter_games(path):
             games.append(
-                GameRecord(record["start_fen"], tuple(record["moves"]), record["category"])
+                GameRecord(record["start_fen"], tuple(record["moves"]), record["category"],
+                           str(record.get("result") or ""))
             )
             if limit is not None and len(games) >= limit:
                 break
@@ -198,6 +200,31 @@ def book_target(book: MoveBook, board: Board, played: str, min_count: int) -> st
     return played if entry is None or entry.total < min_count else entry.move
 
 
+AUX_KINDS = ("reply", "result")
+RESULT_ANSWERS = {"1-0": "red", "0-1": "black", "1/2-1/2": "draw"}
+
+
+def aux_question(kind: str, game: GameRecord, ply: int, target: str, board: Board,
+                 mirrored: bool = False) -> tuple[str, str] | None:
+    """A row's auxiliary question and its answer from the game (``kind`` in ``AUX_KINDS``), or
+    None where the game does not answer it.
+
+    ``reply``: the move the opponent played next (only when the row asks for the move that was
+    played, so the reply answers that move); ``result``: who won the game. Neither is asked at
+    play time: they add supervision about what follows a position to rows that cost the same.
+    """
+    if kind == "reply":
+        if target != game.moves[ply] or ply + 1 >= len(game.moves):
+            return None
+        reply = game.moves[ply + 1]
+        opponent = COLOR_NAMES[not board.turn]
+        return f"Which reply did {opponent} play?", MIRROR.iccs(reply) if mirrored else reply
+    if kind == "result":
+        answer = RESULT_ANSWERS.get(game.result)
+        return None if answer is None else ("Who won this game?", answer)
+    raise DecisionInputError(f"unknown auxiliary question {kind!r}; known: {AUX_KINDS}", "aux")
+
+
 def tokenizer_corpus(games: Sequence[GameRecord], count: int, seed: int) -> Iterator[str]:
     """Texts that train the tokenizer: rendered positions, their questions and answers."""
     for ref in sample_positions(games, count, seed):
@@ -214,6 +241,7 @@ def encode_example(
     special: SpecialIds,
     option_ids: dict[str, tuple[int, ...]] | None = None,
     acceptable: Collection[str] = (),
+    aux: tuple[str, str] | None = None,
 ) -> Row:
     """Lay an example out as the decoder does, with the gold move in the slot (EOS-padded) and
     every legal move as the row's options (``Row.options``, for the option loss).
@@ -225,6 +253,11 @@ def encode_example(
     are at most a few thousand ICCS moves; encoding a position's ~40 options was half of a
     training row's cost). The slot's length is the engine's (``ChoiceAnswer.budget``): the
     longest option.
+
+    ``aux`` (question text, answer): a second question in the same joint group, after the move
+    question, so its slot follows the move's and the move's slot keeps its place; its answer
+    is trained by the diffusion loss only (the option loss reads the move's slot with this one
+    masked: ``decision.train.loop``).
     """
     encode = tokenizer_context(tokenizer).canonical_ids  # as the decoder encodes text
 
@@ -234,9 +267,13 @@ def encode_example(
         if option not in known:
             known[option] = tuple(encode(option))
     budget = max(len(known[o]) for o in options)
-    layout = build_layout(
-        special, encode(ex.document), [encode(ex.question["text"])], [budget], [encode(ex.gold)]
-    )
+    questions, budgets, answers = [encode(ex.question["text"])], [budget], [encode(ex.gold)]
+    if aux is not None:
+        answer = encode(aux[1])
+        questions.append(encode(aux[0]))
+        budgets.append(max(budget, len(answer)))
+        answers.append(answer)
+    layout = build_layout(special, encode(ex.document), questions, budgets, answers)
     block_slots = layout.block_slots()
     slot_of = [-1] * len(layout.block)
     for span in block_slots:
@@ -249,8 +286,8 @@ def encode_example(
         block_ids=layout.block,
         block_segments=layout.block_segments,
         slot_of=slot_of,
-        roles=[ROLE_PLAIN],
-        kind=KIND_STANDALONE,
+        roles=[ROLE_PLAIN] * len(questions),
+        kind=KIND_STANDALONE if aux is None else KIND_JOINT,
         meta={"gold": ex.gold},
         options=padded,
         options_start=block_slots[0].start,
@@ -289,12 +326,17 @@ class MoveRowSource:
     (:func:`apps.xiangqi.model_player.sound_moves`, the blunder check of
     :class:`~apps.xiangqi.model_player.SearchGuidedPlayer`), so the loss moves probability
     off the moves that check would veto; 0 gives no set.
+
+    ``aux`` in ``AUX_KINDS`` with ``aux_share`` > 0 (multi-task): that share of the rows of
+    master games, chosen by ``i`` and ``seed`` alone, carry a second question in the same joint
+    group (:func:`aux_question`), where the game answers it.
     """
 
     def __init__(self, games: Sequence[GameRecord], refs: Sequence[PositionRef],
                  tokenizer: Tokenizer, mirror_share: float = 0.0, seed: int = 0,
                  book: MoveBook | None = None, book_min_count: int = 0,
-                 book_games: int | None = None, sound_depth: int = 0) -> None:
+                 book_games: int | None = None, sound_depth: int = 0,
+                 aux: str = "", aux_share: float = 0.0) -> None:
         if not refs:
             raise DecisionInputError("no positions to train on", "refs")
         if not 0.0 <= mirror_share <= 1.0:
@@ -304,6 +346,11 @@ class MoveRowSource:
                                      "book_min_count")
         if sound_depth < 0:
             raise DecisionInputError("sound_depth must be >= 0", "sound_depth")
+        if not 0.0 <= aux_share <= 1.0 or (aux_share > 0 and aux not in AUX_KINDS):
+            raise DecisionInputError(
+                f"aux_share must be in [0, 1], and > 0 needs aux in {AUX_KINDS}", "aux_share")
+        self.aux = aux if aux_share > 0 else ""
+        self.aux_share = aux_share
         self.search = SearchConfig(depth=sound_depth) if sound_depth else None
         self.book = book if book_min_count > 0 else None
         self.book_min_count = book_min_count
@@ -322,17 +369,32 @@ class MoveRowSource:
             return False
         return random.Random(f"mirror:{self.seed}:{i}").random() < self.mirror_share
 
+    def with_aux(self, i: int) -> bool:
+        """Whether row ``i`` is offered the auxiliary question (deterministic in seed and i)."""
+        if not self.aux:
+            return False
+        return random.Random(f"aux:{self.seed}:{i}").random() < self.aux_share
+
     def position(self, i: int) -> tuple[Board, str]:
         """Row ``i``'s board (mirrored or not) and the move it asks for."""
+        board, gold, _ = self._drawn(i)
+        return board, gold
+
+    def _drawn(self, i: int) -> tuple[Board, str, tuple[str, str] | None]:
+        """Row ``i``'s board, target and auxiliary question (None: none)."""
         for k in range(len(self.refs)):
             ref = self.refs[(i + k) % len(self.refs)]
             game = self.games[ref.game]
             board = board_at(game, ref.ply)
             if len(board.legal_moves) > 1:
                 gold = self.target(ref, board)
-                if self.mirrored(i):
-                    return MIRROR.board(board), MIRROR.iccs(gold)
-                return board, gold
+                mirrored = self.mirrored(i)
+                aux = None
+                if ref.game < self.book_games and self.with_aux(i):
+                    aux = aux_question(self.aux, game, ref.ply, gold, board, mirrored)
+                if mirrored:
+                    return MIRROR.board(board), MIRROR.iccs(gold), aux
+                return board, gold, aux
         raise DecisionInputError("every sampled position has a single legal move", "refs")
 
     def example(self, i: int) -> MoveExample:
@@ -346,9 +408,9 @@ class MoveRowSource:
         return book_target(self.book, board, played, self.book_min_count)
 
     def row(self, i: int) -> Row:
-        board, gold = self.position(i)
+        board, gold, aux = self._drawn(i)
         acceptable: Collection[str] = ()
         if self.search is not None:
             acceptable = {m.iccs() for m in sound_moves(board, self.search, 0.0)}
         return encode_example(example_at(board, gold), self.tokenizer, self.special,
-                              self._option_ids, acceptable)
+                              self._option_ids, acceptable, aux)

@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import torch
 
 from decision.errors import CheckpointError, DecisionInputError, TrainingError
-from decision.joint.scoring import Denoiser
+from decision.joint.scoring import Denoiser, SlotOptions
 from decision.train.batches import StepBatches
 from decision.train.config import TrainConfig
 from decision.train.masking import apply_mask, diffusion_loss, sample_t, slot_rates
@@ -230,17 +230,34 @@ def batch_loss(
             loss = diffusion_loss(logits, on.block_ids, mb, cfg.data.loss_weighting)
             total = total + loss
         total = total / (draws if shared else 1)
+        if scored or with_sets:
+            read = only_scored_slots(batch.block_ids, batch.slot_of, batch.scored_slots,
+                                     mask_token_id).to(device)
         if scored:
             total = total + cfg.data.option_loss_weight * option_loss(
-                _block_denoiser(model, on, cache), on.block_ids, batch.scored_slots,
+                _block_denoiser(model, on, cache), read, batch.scored_slots,
                 mask_token_id, each_order=cfg.data.option_loss_each_order,
             )
         if with_sets:
             total = total + cfg.data.option_set_loss_weight * option_set_loss(
-                _row_denoiser(model, on, cache), on.block_ids, [slot for slot, _ in with_sets],
+                _row_denoiser(model, on, cache), read, [slot for slot, _ in with_sets],
                 [members for _, members in with_sets], mask_token_id,
             )
     return total
+
+
+def only_scored_slots(block_ids: torch.Tensor, slot_of: torch.Tensor,
+                      slots: Sequence[SlotOptions], mask_token_id: int) -> torch.Tensor:
+    """The blocks the option losses read: in each scored row, every answer slot but the scored
+    one masked, as a pass that asks only that question would see it (a row's other answers,
+    e.g. an auxiliary question's, must not give the scored choice away)."""
+    read = block_ids.clone()
+    for slot in slots:
+        slots_of_row = slot_of[slot.row]
+        own = slots_of_row[slot.start]
+        other = (slots_of_row >= 0) & (slots_of_row != own)
+        read[slot.row, other] = mask_token_id
+    return read
 
 
 def _row_denoiser(model: TrainableModel, on: Batch, cache: Any) -> Denoiser:
