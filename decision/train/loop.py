@@ -251,6 +251,8 @@ def only_scored_slots(block_ids: torch.Tensor, slot_of: torch.Tensor,
     """The blocks the option losses read: in each scored row, every answer slot but the scored
     one masked, as a pass that asks only that question would see it (a row's other answers,
     e.g. an auxiliary question's, must not give the scored choice away)."""
+    if slot_of.numel() == 0 or int(slot_of.max()) < 1:  # one slot a row: nothing to hide
+        return block_ids
     read = block_ids.clone()
     for slot in slots:
         slots_of_row = slot_of[slot.row]
