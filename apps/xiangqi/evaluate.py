@@ -51,8 +51,15 @@ from apps.xiangqi.model_player import (
     sound_moves,
 )
 from apps.xiangqi.players import GreedyPlayer, Player, RandomPlayer, material, play_game
+from apps.xiangqi.pooling import (
+    SymmetryPooling,
+    image_questions,
+    pooled_pick,
+    pooled_probabilities,
+)
 from apps.xiangqi.render import move_question
 from apps.xiangqi.search import SearchConfig
+from apps.xiangqi.symmetry import Symmetry
 from apps.xiangqi.training import (
     GameRecord,
     MoveExample,
@@ -212,11 +219,14 @@ def agreement_sample(games: Sequence[GameRecord], count: int, seed: int
     return out
 
 
-def _player_label(search: SearchConfig | None, margin: float) -> str:
+def _player_label(search: SearchConfig | None, margin: float,
+                  pooling: SymmetryPooling | None = None) -> str:
     """How the moves were chosen, as recorded in the results."""
-    if search is None:
-        return "policy"
-    return f"policy+search (depth {search.depth}, margin {margin:g})"
+    label = "policy" if search is None else (
+        f"policy+search (depth {search.depth}, margin {margin:g})")
+    if pooling is not None:
+        label += f", {len(pooling.images)} images pooled from ply {pooling.from_ply}"
+    return label
 
 
 def _phase(ply: int) -> str:
@@ -233,13 +243,28 @@ def move_request(position: SamplePosition, probabilities: bool = False,
             **decoder_options(decoder)}
 
 
+def pooled_requests(position: SamplePosition, pooling: SymmetryPooling,
+                    decoder: str = MOVE_DECODER) -> tuple[tuple[Symmetry, ...],
+                                                          list[dict[str, Any]]]:
+    """The images ``pooling`` asks for ``position`` and their ``decide_many`` requests (the
+    player's question in each image, probabilities on: ``ModelPlayer`` with ``pooling``)."""
+    images = pooling.images_of(position.board)
+    asked = image_questions(position.board, repetition_safe_moves(position.board), images)
+    return images, [{"document": q.document, "questions": [q.question], "mode": "joint",
+                     "threshold": 0.9, "return_probabilities": True,
+                     **decoder_options(decoder)} for q in asked]
+
+
 def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
               batch_size: int = 32, search: SearchConfig | None = None,
-              margin: float = DEFAULT_MARGIN, decoder: str = MOVE_DECODER) -> AgreementResult:
+              margin: float = DEFAULT_MARGIN, decoder: str = MOVE_DECODER,
+              pooling: SymmetryPooling | None = None) -> AgreementResult:
     """Decode every sample position (batched ``decide_many``) and compare with the gold move.
 
     ``search``: the move is the one :class:`SearchGuidedPlayer` would play (blunders vetoed).
     ``decoder``: how the move is asked (``model_player.MOVE_DECODERS``); the player's by default.
+    ``pooling``: asked in the position's images as ``ModelPlayer(pooling=...)`` asks
+    (apps/xiangqi/pooling.py); ``batch_size`` then counts positions, not images.
     """
     from decision.joint.engine import decide_many
 
@@ -248,15 +273,23 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
     results: list[dict[str, Any]] = []
     for start in range(0, len(sample), batch_size):
         chunk = sample[start : start + batch_size]
-        requests = [move_request(p, search is not None, decoder) for p in chunk]
-        for (ex, key, ply, board), decision in zip(chunk, decide_many(model, requests),
-                                                   strict=True):
-            answer = decision.answers[0]
-            move = answer.value
+        if pooling is None:
+            requests = [move_request(p, search is not None, decoder) for p in chunk]
+            answers = [(d.answers[0].value, d.answers[0].option_probabilities)
+                       for d in decide_many(model, requests)]
+        else:
+            asked = [pooled_requests(p, pooling, decoder) for p in chunk]
+            decisions = iter(decide_many(model, [r for _, rs in asked for r in rs]))
+            answers = []
+            for images, _ in asked:
+                own = [next(decisions).answers[0].option_probabilities or {} for _ in images]
+                pooled = pooled_probabilities(images, own)
+                answers.append((pooled_pick(pooled, own[0]), pooled))
+        for (ex, key, ply, board), (move, probabilities) in zip(chunk, answers, strict=True):
             legal += move in ex.question["answer"]["options"]
             if search is not None:
                 sound = sound_moves(board, search, margin)
-                move = guided_pick(Move.from_iccs(move), answer.option_probabilities, sound).iccs()
+                move = guided_pick(Move.from_iccs(move), probabilities, sound).iccs()
             results.append({"ply": ply, "gold": ex.gold, "move": move, "hit": move == ex.gold,
                             "seen": key in seen})
     phases: dict[str, list[bool]] = {}
@@ -272,7 +305,7 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
         unseen_top1_interval=wilson_interval(sum(unseen), len(unseen)) if unseen else None,
         legal=legal, seconds=round(time.monotonic() - t0, 1),
         by_phase={k: {"n": len(v), "top1": sum(v) / len(v)} for k, v in sorted(phases.items())},
-        player=_player_label(search, margin), results=results,
+        player=_player_label(search, margin, pooling), results=results,
     )
 
 
@@ -289,7 +322,7 @@ class MatchResult:
     unfinished: int  # stopped at max_plies, counted as draws in the score
     losses: int
     score: float  # (wins + (draws + unfinished) / 2) / games
-    player: str  # "policy" (the model alone) or "policy+search (depth d, margin m)"
+    player: str  # "policy" (the model alone) or "policy+search (depth d, margin m)", pooled?
     overrides: int  # model moves the search vetoed and replaced
     mean_material: float  # model's material minus the opponent's at the end (soldier units)
     model_moves: int
@@ -307,11 +340,13 @@ def _opponent(name: str, seed: int) -> Player:
 
 def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed: int = 0,
                concurrency: int = 50, progress: str | Path | None = None,
-               search: SearchConfig | None = None, margin: float = DEFAULT_MARGIN) -> MatchResult:
+               search: SearchConfig | None = None, margin: float = DEFAULT_MARGIN,
+               pooling: SymmetryPooling | None = None) -> MatchResult:
     """``games`` games of ModelPlayer vs ``opponent`` (even index: the model plays red).
 
     ``search``: play :class:`SearchGuidedPlayer` (the model's moves with blunders vetoed by a
-    material search) instead of the model alone.
+    material search) instead of the model alone. ``pooling``: the player asks in the
+    position's images (apps/xiangqi/pooling.py).
 
     ``progress``: a JSON-lines file that gets each game's record as soon as it ends, so a match
     stopped early still leaves its finished games.
@@ -326,8 +361,9 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
 
     def one(i: int) -> dict[str, Any]:
         model_red = i % 2 == 0
-        me = (ModelPlayer(batching, name="xiangqi-model") if search is None else
-              SearchGuidedPlayer(batching, name="xiangqi-model", search=search, margin=margin))
+        me = (ModelPlayer(batching, name="xiangqi-model", pooling=pooling) if search is None
+              else SearchGuidedPlayer(batching, name="xiangqi-model", search=search,
+                                      margin=margin, pooling=pooling))
         other = _opponent(opponent, seed + i)
         red, black = (me, other) if model_red else (other, me)
         try:
@@ -365,7 +401,7 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
         opponent=opponent, games=games, max_plies=max_plies, wins=count["win"],
         draws=count["draw"], unfinished=count["unfinished"], losses=count["loss"],
         score=(count["win"] + (count["draw"] + count["unfinished"]) / 2) / games,
-        player=_player_label(search, margin),
+        player=_player_label(search, margin, pooling),
         overrides=sum(r["overrides"] for r in results),
         mean_material=sum(r["material"] for r in results) / games,
         model_moves=sum(r["model_moves"] for r in results),
@@ -428,6 +464,17 @@ def _margin(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _ply(text: str) -> int:
+    """``--pool-from-ply``: a whole number of plies >= 0."""
+    try:
+        ply = int(text)
+    except ValueError:
+        ply = -1
+    if ply < 0:
+        raise argparse.ArgumentTypeError(f"a ply must be a whole number >= 0, got {text!r}")
+    return ply
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m apps.xiangqi.evaluate",
                                      description=__doc__.splitlines()[0])
@@ -470,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="veto the model's blunders with a material search this deep (0: off)")
     mat.add_argument("--margin", type=_margin, default=DEFAULT_MARGIN,
                      help="soldier units below the best searched move that a move may lose")
+    for command in (agr, mat):
+        command.add_argument("--pool-from-ply", type=_ply, default=None, metavar="PLY",
+                             help="ask in the position's four images from this ply on and "
+                                  "average (apps/xiangqi/pooling.py; default: as is only)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.command == "keys":
@@ -484,17 +535,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     model = _load(args.model, args.device)
     search = SearchConfig(depth=args.search_depth) if args.search_depth else None
+    pooling = None if args.pool_from_ply is None else SymmetryPooling(args.pool_from_ply)
+    if pooling is not None and args.command == "agreement" and args.decoder != "score":
+        parser.error("--pool-from-ply needs --decoder score (it averages option probabilities)")
     if args.command == "agreement":
         sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
         seen = cached_training_keys(args.train_games, args.keys_cache)
         result: Any = agreement(model, sample, seen, args.batch_size, search, args.margin,
-                                args.decoder)
+                                args.decoder, pooling)
         if args.timing:
             timing = move_timing(model, sample[: args.timing], args.decoder)
             print(json.dumps({"unbatched_move": timing}))
     else:
         result = play_match(model, args.opponent, args.games, args.max_plies, args.seed,
-                            args.concurrency, args.progress, search, args.margin)
+                            args.concurrency, args.progress, search, args.margin, pooling)
     record = asdict(result)
     summary = {k: v for k, v in record.items() if k != "results"}
     print(json.dumps(summary, indent=2))

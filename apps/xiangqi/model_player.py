@@ -30,7 +30,14 @@ from typing import Any, Protocol
 
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import Color, Move
+from apps.xiangqi.pooling import (
+    SymmetryPooling,
+    image_questions,
+    pooled_pick,
+    pooled_probabilities,
+)
 from apps.xiangqi.search import SearchConfig
+from apps.xiangqi.symmetry import IDENTITY
 from decision.errors import DecisionInputError
 
 # Beside the default model (<repo>/models/default), whatever the working directory.
@@ -57,6 +64,16 @@ class MoveChoice:
     move: Move
     confidence: float | None
     source: str
+
+
+@dataclass(frozen=True)
+class MoveAnswer:
+    """The model's move for a position, its confidence and, when asked for (or pooled), every
+    option's probability in ICCS."""
+
+    move: Move
+    confidence: float | None
+    probabilities: dict[str, float] | None
 
 
 # How the player asks for the move, a choice of four tokens: "score" scores every legal move by
@@ -88,12 +105,16 @@ class ModelPlayer:
     """
 
     def __init__(self, model: Any, name: str = "decision-model", threshold: float = 0.9,
-                 decoder: str = MOVE_DECODER) -> None:
+                 decoder: str = MOVE_DECODER, pooling: SymmetryPooling | None = None) -> None:
         decoder_options(decoder)  # fail now on an unknown decoder
+        if pooling is not None and decoder != "score":
+            raise ValueError("symmetry pooling averages option probabilities: it needs the "
+                             f"'score' decoder, not {decoder!r}")
         self.model = model
         self.name = name
         self.threshold = threshold
         self.decoder = decoder
+        self.pooling = pooling
         self._lock = threading.Lock()
 
     def choose_with_info(self, board: Board) -> MoveChoice:
@@ -101,23 +122,34 @@ class ModelPlayer:
         only = _only_move(board)
         if only is not None:  # nothing to decide; skip the forward passes
             return MoveChoice(only, 1.0, self.name)
-        answer, move = self._ask(board)
-        return MoveChoice(move, _confidence(answer), self.name)
+        answer = self._ask(board)
+        return MoveChoice(answer.move, answer.confidence, self.name)
 
-    def _ask(self, board: Board, return_probabilities: bool = False) -> tuple[Any, Move]:
-        """The model's answer to the position's move question and its legal :class:`Move`."""
-        from apps.xiangqi.render import move_question, position_document
-
-        document = position_document(board)
-        question = move_question(board, repetition_safe_moves(board))
-        with self._lock:
-            decision = _decide(self.model, document, question, self.threshold,
-                               return_probabilities, self.decoder)
-        answer = decision.answers[0]
-        move = Move.from_iccs(str(answer.value))
+    def _ask(self, board: Board, return_probabilities: bool = False) -> MoveAnswer:
+        """The model's move for the position: asked as is, or in each image of the position
+        when ``pooling`` says so (apps/xiangqi/pooling.py), the probabilities then averaged."""
+        options = repetition_safe_moves(board)
+        images = self.pooling.images_of(board) if self.pooling is not None else (IDENTITY,)
+        pooled = len(images) > 1
+        answers = []
+        for asked in image_questions(board, options, images):
+            with self._lock:
+                decision = _decide(self.model, asked.document, asked.question, self.threshold,
+                                   return_probabilities or pooled, self.decoder)
+            answers.append(decision.answers[0])
+        if pooled:
+            probabilities = pooled_probabilities(
+                images, [answer.option_probabilities or {} for answer in answers])
+            own = answers[0].option_probabilities or {}
+            value = pooled_pick(probabilities, own)
+            confidence: float | None = probabilities[value]
+        else:
+            probabilities = answers[0].option_probabilities
+            value, confidence = str(answers[0].value), _confidence(answers[0])
+        move = Move.from_iccs(value)
         if not board.is_legal(move):  # constrained decoding makes this impossible
-            raise RuntimeError(f"the model answered {answer.value!r}, which is not a legal move")
-        return answer, move
+            raise RuntimeError(f"the model answered {value!r}, which is not a legal move")
+        return MoveAnswer(move, confidence, probabilities)
 
     def choose(self, board: Board) -> Move:
         return self.choose_with_info(board).move
@@ -137,28 +169,28 @@ class SearchGuidedPlayer(ModelPlayer):
 
     def __init__(self, model: Any, name: str = "decision-model", threshold: float = 0.9,
                  search: SearchConfig | None = None, margin: float = DEFAULT_MARGIN,
-                 decoder: str = MOVE_DECODER) -> None:
-        super().__init__(model, name, threshold, decoder)
+                 decoder: str = MOVE_DECODER, pooling: SymmetryPooling | None = None) -> None:
+        super().__init__(model, name, threshold, decoder, pooling)
         self.search = search or SearchConfig(depth=DEFAULT_SEARCH_DEPTH)
         self.margin = check_margin(margin)
         self.overrides = 0  # model answers the search vetoed
 
-    def own_and_guided(self, board: Board) -> tuple[Any, Move, Move]:
-        """From one decode: the model's answer, its own move, and the move this player plays
-        (the own move if the search lets it through, else the likeliest sound one)."""
+    def own_and_guided(self, board: Board) -> tuple[MoveAnswer, Move]:
+        """From one decode: the model's answer and the move this player plays (the model's own
+        if the search lets it through, else the likeliest sound one)."""
         sound = sound_moves(board, self.search, self.margin)
-        answer, move = self._ask(board, return_probabilities=True)
-        return answer, move, guided_pick(move, answer.option_probabilities, sound)
+        answer = self._ask(board, return_probabilities=True)
+        return answer, guided_pick(answer.move, answer.probabilities, sound)
 
     def choose_with_info(self, board: Board) -> MoveChoice:
         only = _only_move(board)
         if only is not None:
             return MoveChoice(only, 1.0, self.name)
-        answer, move, chosen = self.own_and_guided(board)
-        if chosen == move:
-            return MoveChoice(move, _confidence(answer), self.name)
+        answer, chosen = self.own_and_guided(board)
+        if chosen == answer.move:
+            return MoveChoice(chosen, answer.confidence, self.name)
         self.overrides += 1
-        probability = (answer.option_probabilities or {}).get(chosen.iccs())
+        probability = (answer.probabilities or {}).get(chosen.iccs())
         return MoveChoice(chosen, probability, f"{self.name}+search")
 
 

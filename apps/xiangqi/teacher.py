@@ -41,8 +41,8 @@ OPPONENTS = ("random", "greedy")
 def label(teacher: SearchGuidedPlayer, board: Board) -> tuple[Move, Move]:
     """The student's move (the model alone) and the teacher's (the model behind the search),
     from one decode of the position."""
-    _, own, taught = teacher.own_and_guided(board)
-    return own, taught
+    answer, taught = teacher.own_and_guided(board)
+    return answer.move, taught
 
 
 def collect(
