@@ -14,6 +14,8 @@ its choice restricted to them. Variants, each scored by top-1 agreement with the
 * ``view <name>``: the model's answer on one image alone;
 * ``vote identity+mirror`` / ``vote all 4``: the answer most views give (ties: the larger summed
   option probability); ``mean probability, all 4``: the largest summed option probability;
+  ``pooled from ply 20``: that before ply 20 the position's own answer (``ModelPlayer`` with
+  ``pooling.SymmetryPooling()``, up to its leaving out moves that repeat);
 * ``guided (shipped)``: ``SearchGuidedPlayer``'s rule (the model's answer when sound, else the
   sound move of highest option probability); ``guided, restricted choice``: the model's answer
   to the question whose options are the sound moves only.
@@ -54,6 +56,7 @@ from apps.xiangqi.model_player import (  # noqa: E402
     guided_pick,
     sound_moves,
 )
+from apps.xiangqi.pooling import POOL_FROM_PLY, board_ply  # noqa: E402
 from apps.xiangqi.render import move_question, position_document  # noqa: E402
 from apps.xiangqi.search import SearchConfig  # noqa: E402
 from apps.xiangqi.symmetry import SYMMETRIES  # noqa: E402
@@ -73,15 +76,23 @@ def summed_probabilities(views: Sequence[View]) -> dict[str, float]:
 
 
 def vote(views: Sequence[View]) -> str:
-    """The answer most views give; ties go to the larger summed probability, then ICCS order."""
+    """The answer most views give; ties go to the larger summed probability, then to the
+    position's own view (the first), then ICCS order."""
     counts = Counter(view["answer"] for view in views)
     summed = summed_probabilities(views)
-    return max(counts, key=lambda m: (counts[m], summed.get(m, 0.0), m))
+    own = views[0]["probs"]
+    return max(counts, key=lambda m: (counts[m], summed.get(m, 0.0), own.get(m, 0.0), m))
 
 
 def mean_probability(views: Sequence[View]) -> str:
+    """The largest summed probability; ties (a position symmetric about the centre file scores
+    a move and its mirror image alike in the pooled views) go to the position's own view, then
+    ICCS order, as the player's pooling (``pooling.pooled_pick``). Until 2026-12-07 they went
+    to ICCS order alone, which picks h2e2 over b2e2 at the start: 0.75 points of the 2,000
+    tuning positions with stage 36."""
     summed = summed_probabilities(views)
-    return max(summed, key=lambda m: (summed[m], m))
+    own = views[0]["probs"]
+    return max(summed, key=lambda m: (summed[m], own.get(m, 0.0), m))
 
 
 def _request(document: str, question: dict[str, Any], probabilities: bool,
@@ -121,7 +132,8 @@ def decode_positions(model: Any, sample: Sequence[SamplePosition], search: Searc
                 views.append({"answer": symmetry.iccs(str(answer.value)),
                               "probs": {symmetry.iccs(k): v
                                         for k, v in answer.option_probabilities.items()}})
-            row = {"gold": p.example.gold, "ply": p.ply, "key": p.key, "views": views}
+            row = {"gold": p.example.gold, "ply": p.ply, "board_ply": board_ply(p.board),
+                   "key": p.key, "views": views}
             if search is not None:
                 row["sound"] = sounds[i]
                 row["restricted"] = str(next(decisions).answers[0].value)
@@ -140,6 +152,9 @@ def variant_moves(rows: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     moves["vote identity+mirror"] = [vote(r["views"][:2]) for r in rows]
     moves["vote all 4"] = [vote(r["views"]) for r in rows]
     moves["mean probability, all 4"] = [mean_probability(r["views"]) for r in rows]
+    moves[f"pooled from ply {POOL_FROM_PLY} (the player's pooling)"] = [
+        mean_probability(r["views"]) if r["board_ply"] >= POOL_FROM_PLY else r["views"][0]["answer"]
+        for r in rows]
     if rows and "sound" in rows[0]:
         moves["guided (shipped)"] = [
             guided_pick(Move.from_iccs(r["views"][0]["answer"]), r["views"][0]["probs"],

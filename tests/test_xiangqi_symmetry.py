@@ -86,13 +86,24 @@ def test_vote_counts_answers_and_breaks_ties_by_summed_probability(variants: Mod
     assert variants.mean_probability(views) == "b0c2"
 
 
+def test_pooled_ties_go_to_the_positions_own_view(variants: ModuleType) -> None:
+    # the start position and its mirror: h2e2 and b2e2 sum alike over the two views
+    views = [{"answer": "b2e2", "probs": {"h2e2": 0.4, "b2e2": 0.6}},
+             {"answer": "h2e2", "probs": {"h2e2": 0.6, "b2e2": 0.4}}]
+    assert variants.mean_probability(views) == "b2e2"
+    assert variants.vote(views) == "b2e2"
+
+
 def test_variant_moves_score_the_shipped_rules(variants: ModuleType) -> None:
     views = [{"answer": "a0a1", "probs": {"a0a1": 0.6, "b0c2": 0.3, "i0i1": 0.1}}] + [
         {"answer": "b0c2", "probs": {"a0a1": 0.1, "b0c2": 0.8, "i0i1": 0.1}}] * 3
-    row = {"gold": "b0c2", "ply": 0, "key": 0, "views": views,
+    row = {"gold": "b0c2", "ply": 0, "board_ply": 0, "key": 0, "views": views,
            "sound": ["b0c2", "i0i1"], "restricted": "i0i1"}
+    moves = variants.variant_moves([row, {**row, "ply": 30, "board_ply": 30}])
+    assert moves["alone"] == ["a0a1"] * 2 and moves["vote all 4"] == ["b0c2"] * 2
+    # the player's pooling: the position's own answer in the opening, the pooled one after
+    assert moves["pooled from ply 20 (the player's pooling)"] == ["a0a1", "b0c2"]
     moves = variants.variant_moves([row])
-    assert moves["alone"] == ["a0a1"] and moves["vote all 4"] == ["b0c2"]
     assert moves["guided (shipped)"] == ["b0c2"]  # a0a1 unsound: the sound move of most probability
     assert moves["guided, restricted choice"] == ["i0i1"]
     lines = variants.report([row], seen=set())
