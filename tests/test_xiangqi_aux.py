@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from apps.xiangqi.book import MoveBook
+from apps.xiangqi.fen import STARTING_FEN
 from apps.xiangqi.symmetry import Symmetry
 from apps.xiangqi.train_player import load_player_config
 from apps.xiangqi.training import (
@@ -17,6 +18,7 @@ from apps.xiangqi.training import (
     GameRecord,
     MoveRowSource,
     PositionRef,
+    aux_question,
     board_at,
     load_games,
     tokenizer_corpus,
@@ -185,3 +187,18 @@ def test_the_auxiliary_answer_does_not_reach_the_option_loss(
         added = batch_loss(model, batch, cfg, MASK, gen().manual_seed(1)) - batch_loss(
             model, batch, without, MASK, gen().manual_seed(1))
         assert float(added) == pytest.approx(float(expected), rel=1e-4)
+
+
+def test_auxiliary_answers_follow_the_image_the_row_shows() -> None:
+    game = GameRecord(STARTING_FEN, ("h2e2", "h9g7", "h0g2"), "對局", "1-0")
+    board = board_at(game, 0)
+    swap, both = Symmetry(swap=True), Symmetry(mirror=True, swap=True)
+    # the colours change places: Red's game is Black's in the swapped image, and so its win
+    assert aux_question("result", game, 0, "h2e2", board, swap) == ("Who won this game?", "black")
+    assert aux_question("result", game, 0, "h2e2", board) == ("Who won this game?", "red")
+    drawn = GameRecord(None, game.moves, game.category, "1/2-1/2")
+    assert aux_question("result", drawn, 0, "h2e2", board, swap)[1] == "draw"
+    # the reply is the opponent's move in the image, asked of the image's opponent
+    assert aux_question("reply", game, 0, "h2e2", board, both) == (
+        "Which reply did red play?", both.iccs("h9g7"))
+    assert aux_question("reply", game, 0, "h2e2", board) == ("Which reply did black play?", "h9g7")

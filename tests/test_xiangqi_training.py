@@ -22,9 +22,10 @@ from apps.xiangqi.evaluate import (
     training_keys,
 )
 from apps.xiangqi.model_player import XIANGQI_CHECKPOINT, ModelPlayer
+from apps.xiangqi.pooling import board_ply
 from apps.xiangqi.render import move_question, position_document
 from apps.xiangqi.search import SearchConfig
-from apps.xiangqi.symmetry import Symmetry
+from apps.xiangqi.symmetry import IDENTITY, SYMMETRIES, Symmetry
 from apps.xiangqi.train_player import load_player_config
 from apps.xiangqi.training import (
     GameRecord,
@@ -210,6 +211,33 @@ def test_mirror_share_mirrors_position_and_gold_deterministically(
             Symmetry(mirror=True).iccs(m) for m in orig.question["answer"]["options"])
     with pytest.raises(DecisionInputError, match="mirror_share"):
         MoveRowSource(games, refs, tokenizer, mirror_share=1.5)
+
+
+def test_image_share_shows_late_positions_in_their_images(
+    games: list[GameRecord], tokenizer: Any
+) -> None:
+    refs = sample_positions(games, 200, seed=4)
+    plain = MoveRowSource(games, refs, tokenizer)
+    source = MoveRowSource(games, refs, tokenizer, seed=9, image_share=0.75, image_from_ply=20)
+    again = MoveRowSource(games, refs, tokenizer, seed=9, image_share=0.75, image_from_ply=20)
+    boards = [plain.position(i)[0] for i in range(200)]
+    images = [source.image(i, b) for i, b in enumerate(boards)]
+    assert images == [again.image(i, b) for i, b in enumerate(boards)]
+    late = [im for im, b in zip(images, boards, strict=True) if board_ply(b) >= 20]
+    assert all(im == IDENTITY for im, b in zip(images, boards, strict=True) if board_ply(b) < 20)
+    assert 0.5 < sum(im != IDENTITY for im in late) / len(late) < 0.95
+    assert {im for im in late} == set(SYMMETRIES)  # every image, the position itself included
+    for i in range(60):
+        ex, orig = source.example(i), plain.example(i)
+        image = images[i]
+        assert ex.gold == image.iccs(orig.gold)
+        assert sorted(ex.question["answer"]["options"]) == sorted(
+            image.iccs(m) for m in orig.question["answer"]["options"])
+        assert ex.document == example_at(image.board(boards[i]), ex.gold).document
+    with pytest.raises(DecisionInputError, match="image_share"):
+        MoveRowSource(games, refs, tokenizer, image_share=1.5)
+    with pytest.raises(DecisionInputError, match="image_share"):
+        MoveRowSource(games, refs, tokenizer, mirror_share=0.5, image_share=0.5)
 
 
 def test_book_targets_label_recurring_positions_with_the_most_frequent_move(
@@ -451,6 +479,9 @@ def test_player_config_values_are_checked_before_the_games_load(
         ({"xiangqi": {"train_positions": "many"}}, "train_positions must be int"),
         ({"xiangqi": {"val_positions": 0}}, "must be >= 1"),
         ({"xiangqi": {"mirror_share": 2}}, "mirror_share must be in [0, 1]"),
+        ({"xiangqi": {"image_share": 2}}, "image_share must be in [0, 1]"),
+        ({"xiangqi": {"image_from_ply": -1}}, "image_from_ply >= 0"),
+        ({"xiangqi": {"image_share": 0.5, "mirror_share": 0.5}}, "cannot both be set"),
         ({"xiangqi": {"opening_share": -0.1}}, "opening_share must be in [0, 1]"),
         ({"xiangqi": {"opening_plies": 0}}, "opening_plies must be >= 1"),
         ({"xiangqi": {"book_min_count": -1}}, "book_min_count must be >= 0"),

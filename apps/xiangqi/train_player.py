@@ -35,6 +35,7 @@ from tokenizers import Tokenizer
 
 from apps.xiangqi.book import MoveBook
 from apps.xiangqi.model_player import MOVE_DECODER, decoder_options
+from apps.xiangqi.pooling import POOL_FROM_PLY
 from apps.xiangqi.training import (
     AUX_KINDS,
     GameRecord,
@@ -91,6 +92,11 @@ class XiangqiSection:
     # Augmentation: this share of the training rows shows the position and the master's move
     # mirrored left to right (MoveRowSource); 0 keeps every row as played.
     mirror_share: float = 0.0
+    # Augmentation for symmetry pooling (apps/xiangqi/pooling.py): this share of the rows at
+    # ply ``image_from_ply`` or later shows the position in one of its three other images
+    # (MoveRowSource); 0 keeps every row as played. Not with mirror_share.
+    image_share: float = 0.0
+    image_from_ply: int = POOL_FROM_PLY
     # This share of the master draws comes from the plies before ``opening_plies`` only (where
     # validation positions repeat training ones and a master's move is most predictable); 0
     # draws every master position uniformly over all plies.
@@ -144,6 +150,13 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
         raise DecisionInputError("xiangqi.teacher_share must be in [0, 1]", "xiangqi.teacher_share")
     if not 0.0 <= xq.mirror_share <= 1.0:
         raise DecisionInputError("xiangqi.mirror_share must be in [0, 1]", "xiangqi.mirror_share")
+    if not 0.0 <= xq.image_share <= 1.0 or xq.image_from_ply < 0:
+        raise DecisionInputError(
+            "xiangqi.image_share must be in [0, 1] and xiangqi.image_from_ply >= 0",
+            "xiangqi.image_share")
+    if xq.image_share and xq.mirror_share:
+        raise DecisionInputError("xiangqi.mirror_share and xiangqi.image_share cannot both be set",
+                                 "xiangqi.image_share")
     if not 0.0 <= xq.opening_share <= 1.0:
         raise DecisionInputError("xiangqi.opening_share must be in [0, 1]", "xiangqi.opening_share")
     if xq.opening_plies < 1:
@@ -308,7 +321,7 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         games = games + taught
     source = MoveRowSource(games, refs, model.tokenizer, xq.mirror_share, xq.seed + 5,
                            book, xq.book_min_count, n_games, xq.sound_depth,
-                           xq.aux, xq.aux_share)
+                           xq.aux, xq.aux_share, xq.image_share, xq.image_from_ply)
     if xq.aux_share:
         log(f"auxiliary question {xq.aux!r} on {xq.aux_share:.0%} of the master rows")
     if xq.sound_depth:
@@ -316,6 +329,9 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
             f"weight {cfg.data.option_set_loss_weight:g}")
     if xq.mirror_share:
         log(f"mirror: {xq.mirror_share:.0%} of the rows show the position mirrored")
+    if xq.image_share:
+        log(f"images: {xq.image_share:.0%} of the rows from ply {xq.image_from_ply} show "
+            "the position mirrored, colour-swapped or both")
     val = validation_examples(valid, xq.val_positions, xq.seed + 2)
     evals_path = out / "evals.jsonl"
 

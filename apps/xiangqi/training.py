@@ -28,9 +28,10 @@ from apps.xiangqi.book import MoveBook
 from apps.xiangqi.core import COLOR_NAMES, Move
 from apps.xiangqi.dataset import iter_games, start_board
 from apps.xiangqi.model_player import sound_moves
+from apps.xiangqi.pooling import board_ply
 from apps.xiangqi.render import move_question, position_document
 from apps.xiangqi.search import SearchConfig
-from apps.xiangqi.symmetry import Symmetry
+from apps.xiangqi.symmetry import IDENTITY, SYMMETRIES, Symmetry
 from decision.errors import DecisionInputError
 from decision.joint.layout import build_layout
 from decision.schemas.compile import tokenizer_context
@@ -202,12 +203,14 @@ def book_target(book: MoveBook, board: Board, played: str, min_count: int) -> st
 
 AUX_KINDS = ("reply", "result")
 RESULT_ANSWERS = {"1-0": "red", "0-1": "black", "1/2-1/2": "draw"}
+SWAPPED_RESULT = {"red": "black", "black": "red"}
 
 
 def aux_question(kind: str, game: GameRecord, ply: int, target: str, board: Board,
-                 mirrored: bool = False) -> tuple[str, str] | None:
+                 image: Symmetry = IDENTITY) -> tuple[str, str] | None:
     """A row's auxiliary question and its answer from the game (``kind`` in ``AUX_KINDS``), or
-    None where the game does not answer it.
+    None where the game does not answer it; ``board`` is the game's own position, ``image`` the
+    symmetry the row shows it in (the answer is given in that image).
 
     ``reply``: the move the opponent played next (only when the row asks for the move that was
     played, so the reply answers that move); ``result``: who won the game. Neither is asked at
@@ -216,11 +219,12 @@ def aux_question(kind: str, game: GameRecord, ply: int, target: str, board: Boar
     if kind == "reply":
         if target != game.moves[ply] or ply + 1 >= len(game.moves):
             return None
-        reply = game.moves[ply + 1]
-        opponent = COLOR_NAMES[not board.turn]
-        return f"Which reply did {opponent} play?", MIRROR.iccs(reply) if mirrored else reply
+        opponent = COLOR_NAMES[(not board.turn) != image.swap]
+        return f"Which reply did {opponent} play?", image.iccs(game.moves[ply + 1])
     if kind == "result":
         answer = RESULT_ANSWERS.get(game.result)
+        if answer is not None and image.swap:  # the colours change places in the image
+            answer = SWAPPED_RESULT.get(answer, answer)
         return None if answer is None else ("Who won this game?", answer)
     raise DecisionInputError(f"unknown auxiliary question {kind!r}; known: {AUX_KINDS}", "aux")
 
@@ -316,6 +320,12 @@ class MoveRowSource:
     mirror) with the master's move mirrored too; the rules are the same in the mirror
     (:mod:`apps.xiangqi.symmetry`), so the row is as true as the original.
 
+    ``image_share`` (augmentation for symmetry pooling, :mod:`apps.xiangqi.pooling`): that
+    share of the rows whose position is at ply ``image_from_ply`` or later, chosen by ``i`` and
+    ``seed`` alone, show it in one of its three other images (mirrored, colours swapped, both;
+    one third each), the move and any auxiliary answer mapped with it: the images the pooling
+    player asks from that ply on. Not with ``mirror_share``.
+
     ``book`` with ``book_min_count`` >= 1 (targets): a position of the first ``book_games``
     games (the master games; teacher records after them keep their labels) that the book saw
     at least ``book_min_count`` times is labelled with the book's most frequent move there
@@ -336,11 +346,18 @@ class MoveRowSource:
                  tokenizer: Tokenizer, mirror_share: float = 0.0, seed: int = 0,
                  book: MoveBook | None = None, book_min_count: int = 0,
                  book_games: int | None = None, sound_depth: int = 0,
-                 aux: str = "", aux_share: float = 0.0) -> None:
+                 aux: str = "", aux_share: float = 0.0, image_share: float = 0.0,
+                 image_from_ply: int = 0) -> None:
         if not refs:
             raise DecisionInputError("no positions to train on", "refs")
         if not 0.0 <= mirror_share <= 1.0:
             raise DecisionInputError("mirror_share must be in [0, 1]", "mirror_share")
+        if not 0.0 <= image_share <= 1.0 or image_from_ply < 0:
+            raise DecisionInputError("image_share must be in [0, 1] and image_from_ply >= 0",
+                                     "image_share")
+        if image_share > 0 and mirror_share > 0:
+            raise DecisionInputError("mirror_share and image_share cannot both be set",
+                                     "image_share")
         if book_min_count < 0 or (book_min_count > 0 and book is None):
             raise DecisionInputError("book_min_count must be >= 0 and > 0 needs a book",
                                      "book_min_count")
@@ -360,6 +377,8 @@ class MoveRowSource:
         self.tokenizer = tokenizer
         self.special = special_ids(tokenizer)
         self.mirror_share = mirror_share
+        self.image_share = image_share
+        self.image_from_ply = image_from_ply
         self.seed = seed
         self._option_ids: dict[str, tuple[int, ...]] = {}
 
@@ -368,6 +387,17 @@ class MoveRowSource:
         if self.mirror_share <= 0.0:
             return False
         return random.Random(f"mirror:{self.seed}:{i}").random() < self.mirror_share
+
+    def image(self, i: int, board: Board) -> Symmetry:
+        """The image row ``i`` shows its position ``board`` in (deterministic in seed and i)."""
+        if self.mirrored(i):
+            return MIRROR
+        if self.image_share <= 0.0 or board_ply(board) < self.image_from_ply:
+            return IDENTITY
+        draw = random.Random(f"image:{self.seed}:{i}").random()
+        if draw >= self.image_share:
+            return IDENTITY
+        return SYMMETRIES[1 + int(3 * draw / self.image_share)]
 
     def with_aux(self, i: int) -> bool:
         """Whether row ``i`` is offered the auxiliary question (deterministic in seed and i)."""
@@ -388,12 +418,12 @@ class MoveRowSource:
             board = board_at(game, ref.ply)
             if len(board.legal_moves) > 1:
                 gold = self.target(ref, board)
-                mirrored = self.mirrored(i)
+                image = self.image(i, board)
                 aux = None
                 if ref.game < self.book_games and self.with_aux(i):
-                    aux = aux_question(self.aux, game, ref.ply, gold, board, mirrored)
-                if mirrored:
-                    return MIRROR.board(board), MIRROR.iccs(gold), aux
+                    aux = aux_question(self.aux, game, ref.ply, gold, board, image)
+                if image != IDENTITY:
+                    return image.board(board), image.iccs(gold), aux
                 return board, gold, aux
         raise DecisionInputError("every sampled position has a single legal move", "refs")
 
