@@ -176,8 +176,9 @@ class SearchGuidedPlayer(ModelPlayer):
         self.overrides = 0  # model answers the search vetoed
 
     def own_and_guided(self, board: Board) -> tuple[MoveAnswer, Move]:
-        """From one decode: the model's answer and the move this player plays (the model's own
-        if the search lets it through, else the likeliest sound one)."""
+        """From one asking (one decode, or one an image when pooled): the model's answer and
+        the move this player plays (the model's own if the search lets it through, else the
+        likeliest sound one)."""
         sound = sound_moves(board, self.search, self.margin)
         answer = self._ask(board, return_probabilities=True)
         return answer, guided_pick(answer.move, answer.probabilities, sound)
