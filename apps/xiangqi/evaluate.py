@@ -237,10 +237,15 @@ def move_request(position: SamplePosition, probabilities: bool = False,
                  decoder: str = MOVE_DECODER) -> dict[str, Any]:
     """The question the player asks about ``position`` as a ``decide_many`` request: its
     options leave out a move that ends the game by repetition at once (``ModelPlayer``)."""
-    return {"document": position.example.document,
-            "questions": [move_question(position.board, repetition_safe_moves(position.board))],
-            "mode": "joint", "threshold": 0.9, "return_probabilities": probabilities,
-            **decoder_options(decoder)}
+    question = move_question(position.board, repetition_safe_moves(position.board))
+    return _request(position.example.document, question, probabilities, decoder)
+
+
+def _request(document: str, question: dict[str, Any], probabilities: bool,
+             decoder: str) -> dict[str, Any]:
+    """One move question as a ``decide_many`` request, asked as ``ModelPlayer`` asks it."""
+    return {"document": document, "questions": [question], "mode": "joint", "threshold": 0.9,
+            "return_probabilities": probabilities, **decoder_options(decoder)}
 
 
 def pooled_requests(position: SamplePosition, pooling: SymmetryPooling,
@@ -250,9 +255,7 @@ def pooled_requests(position: SamplePosition, pooling: SymmetryPooling,
     player's question in each image, probabilities on: ``ModelPlayer`` with ``pooling``)."""
     images = pooling.images_of(position.board)
     asked = image_questions(position.board, repetition_safe_moves(position.board), images)
-    return images, [{"document": q.document, "questions": [q.question], "mode": "joint",
-                     "threshold": 0.9, "return_probabilities": True,
-                     **decoder_options(decoder)} for q in asked]
+    return images, [_request(q.document, q.question, True, decoder) for q in asked]
 
 
 def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
