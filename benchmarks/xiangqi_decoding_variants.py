@@ -56,7 +56,7 @@ from apps.xiangqi.model_player import (  # noqa: E402
     guided_pick,
     sound_moves,
 )
-from apps.xiangqi.pooling import POOL_FROM_PLY, board_ply  # noqa: E402
+from apps.xiangqi.pooling import POOL_FROM_PLY, board_ply, pooled_pick  # noqa: E402
 from apps.xiangqi.render import move_question, position_document  # noqa: E402
 from apps.xiangqi.search import SearchConfig  # noqa: E402
 from apps.xiangqi.symmetry import SYMMETRIES  # noqa: E402
@@ -90,9 +90,7 @@ def mean_probability(views: Sequence[View]) -> str:
     ICCS order, as the player's pooling (``pooling.pooled_pick``). Until 2026-12-07 they went
     to ICCS order alone, which picks h2e2 over b2e2 at the start: 0.75 points of the 2,000
     tuning positions with stage 36."""
-    summed = summed_probabilities(views)
-    own = views[0]["probs"]
-    return max(summed, key=lambda m: (summed[m], own.get(m, 0.0), m))
+    return pooled_pick(summed_probabilities(views), views[0]["probs"])
 
 
 def _request(document: str, question: dict[str, Any], probabilities: bool,
