@@ -21,6 +21,7 @@ from apps.xiangqi.model_player import (
     ModelPlayer,
     SearchGuidedPlayer,
     player_from_setting,
+    pooling_setting,
     repetition_safe_moves,
     search_depth_setting,
     sound_moves,
@@ -200,6 +201,41 @@ def test_search_settings(checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.setenv("DECISION_XIANGQI_SEARCH", bad)
         with pytest.raises(ValueError, match="DECISION_XIANGQI_SEARCH"):
             player_from_setting(str(checkpoint))
+
+
+def test_pooling_settings(checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from apps.xiangqi.pooling import POOL_FROM_PLY
+
+    monkeypatch.delenv("DECISION_XIANGQI_POOLING", raising=False)
+    assert pooling_setting() is None  # the default: the position as is
+    assert player_from_setting(str(checkpoint), search=0).pooling is None
+    assert pooling_setting("on").from_ply == POOL_FROM_PLY
+    assert pooling_setting(" 7 ").from_ply == 7 and pooling_setting(0).from_ply == 0
+    assert pooling_setting("OFF") is None
+    monkeypatch.setenv("DECISION_XIANGQI_POOLING", "on")
+    alone = player_from_setting(str(checkpoint), search=0)
+    guided = player_from_setting(str(checkpoint), search=2)
+    assert type(alone) is ModelPlayer and alone.pooling.from_ply == POOL_FROM_PLY
+    assert isinstance(guided, SearchGuidedPlayer) and guided.pooling.from_ply == POOL_FROM_PLY
+    assert pooling_setting("off") is None  # the argument before the environment
+    for bad in ("yes", "-1", "2.5", "\u00b2"):
+        monkeypatch.setenv("DECISION_XIANGQI_POOLING", bad)
+        with pytest.raises(ValueError, match="DECISION_XIANGQI_POOLING"):
+            player_from_setting(str(checkpoint))
+    assert isinstance(player_from_setting("greedy"), GreedyPlayer)  # no model, not read
+
+
+def test_a_pooled_player_from_the_setting_plays_a_legal_move_in_the_middle_game(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With pooling from ply 0, every position is asked in its four images (four decodes)."""
+    monkeypatch.setenv("DECISION_XIANGQI_POOLING", "0")
+    player = player_from_setting(str(checkpoint), search=0)
+    spy = SpyModel(player.model)
+    player.model = spy
+    board = Board()
+    choice = player.choose_with_info(board)
+    assert board.is_legal(choice.move) and len(spy.asked) == 4
 
 
 
@@ -458,3 +494,8 @@ def test_check_player_setting(checkpoint: Path, monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(ValueError, match="DECISION_XIANGQI_SEARCH"):
         check_player_setting(str(checkpoint))
     check_player_setting("random")  # plays no search: the depth does not matter
+    monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "0")
+    monkeypatch.setenv("DECISION_XIANGQI_POOLING", "sometimes")
+    with pytest.raises(ValueError, match="DECISION_XIANGQI_POOLING"):
+        check_player_setting(str(checkpoint))
+    check_player_setting("greedy")

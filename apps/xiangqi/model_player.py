@@ -17,6 +17,11 @@ Which model (:func:`player_from_setting`, setting ``DECISION_XIANGQI_MODEL``):
 How a model plays (setting ``DECISION_XIANGQI_SEARCH``): ``3`` (default) or another depth: as a
 :class:`SearchGuidedPlayer`, the model's move with blunders vetoed by a material search that deep;
 ``0``: the model alone (:class:`ModelPlayer`).
+
+How the move question is asked (setting ``DECISION_XIANGQI_POOLING``, :func:`pooling_setting`):
+``off`` (default): the position as is; ``on``: symmetry pooling from ply 20
+(:mod:`apps.xiangqi.pooling`, four decodes a position from there); a whole number N: pooling from
+ply N.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, Protocol
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import Color, Move
 from apps.xiangqi.pooling import (
+    POOL_FROM_PLY,
     SymmetryPooling,
     image_questions,
     pooled_pick,
@@ -44,6 +50,7 @@ from decision.errors import DecisionInputError
 XIANGQI_CHECKPOINT = Path(__file__).resolve().parents[2] / "models" / "xiangqi"
 SETTING_ENV = "DECISION_XIANGQI_MODEL"
 SEARCH_ENV = "DECISION_XIANGQI_SEARCH"
+POOLING_ENV = "DECISION_XIANGQI_POOLING"
 DEFAULT_SEARCH_DEPTH = 3
 # depth 3 and margin 0 (soldier units a move may lose against the best searched move) were
 # the best of those tried on 500 validation positions of another seed than the reported ones
@@ -411,13 +418,14 @@ def _setting_value(setting: str | None) -> str:
 
 def player_from_setting(
     setting: str | None = None, device: str = "cpu", service: Any = None,
-    search: str | int | None = None,
+    search: str | int | None = None, pooling: str | int | None = None,
 ) -> Player:
     """Build the player a setting names (default: ``$DECISION_XIANGQI_MODEL`` or ``auto``).
 
     ``service``: the running decision service, if any; the default model is then the one it has
     already loaded (through :class:`ServiceModel`) instead of a second copy. ``search``: the
-    search depth (see :func:`search_depth_setting`).
+    search depth (see :func:`search_depth_setting`); ``pooling``: how the move is asked (see
+    :func:`pooling_setting`).
     """
     value = _setting_value(setting)
     if value in _BASELINES:
@@ -428,14 +436,16 @@ def player_from_setting(
     from decision import load_model
 
     depth = search_depth_setting(search)
+    pool = pooling_setting(pooling)
     if value == "auto" and _has_checkpoint(XIANGQI_CHECKPOINT):
-        return _player(load_model(str(XIANGQI_CHECKPOINT), device=device), "xiangqi-model", depth)
+        model = load_model(str(XIANGQI_CHECKPOINT), device=device)
+        return _player(model, "xiangqi-model", depth, pool)
     if value in ("auto", "default"):
         if service is not None:
-            return _player(ServiceModel(service), _UNTRAINED, depth)
-        return _player(load_model(None, device=device), _UNTRAINED, depth)
+            return _player(ServiceModel(service), _UNTRAINED, depth, pool)
+        return _player(load_model(None, device=device), _UNTRAINED, depth, pool)
     path = Path(value)
-    return _player(load_model(str(path), device=device), path.name or str(path), depth)
+    return _player(load_model(str(path), device=device), path.name or str(path), depth, pool)
 
 
 def setting_loads_model(setting: str | None = None) -> bool:
@@ -443,14 +453,17 @@ def setting_loads_model(setting: str | None = None) -> bool:
     return _setting_value(setting) not in _BASELINES
 
 
-def check_player_setting(setting: str | None = None, search: str | int | None = None) -> None:
+def check_player_setting(setting: str | None = None, search: str | int | None = None,
+                         pooling: str | int | None = None) -> None:
     """Refuse, before a server starts, settings that :func:`player_from_setting` would only fail
-    on at the first model move: a search depth outside 0-3, or a checkpoint path that is not a
-    model directory. Loads nothing (the model is loaded on the first model move)."""
+    on at the first model move: a search depth outside 0-3, a pooling setting that is neither
+    on, off nor a ply, or a checkpoint path that is not a model directory. Loads nothing (the
+    model is loaded on the first model move)."""
     value = _setting_value(setting)
     if value in _BASELINES:
         return
     search_depth_setting(search)
+    pooling_setting(pooling)
     if value not in ("auto", "default") and not _has_checkpoint(Path(value)):
         raise DecisionInputError(
             f"{SETTING_ENV} (or --model) must be auto, default, random, greedy or a model "
@@ -480,7 +493,30 @@ def search_depth_setting(value: str | int | None = None) -> int:
     return depth
 
 
-def _player(model: Any, name: str, depth: int) -> ModelPlayer:
+def pooling_setting(value: str | int | None = None) -> SymmetryPooling | None:
+    """How the move question is asked: ``value``, else ``$DECISION_XIANGQI_POOLING``, else off.
+
+    ``off``: the position as is (None); ``on``: :class:`SymmetryPooling` from ply
+    ``POOL_FROM_PLY``; a whole number N >= 0: pooling from ply N. A bad value is a
+    ``DecisionInputError``, answered like a bad search depth.
+    """
+    raw = value if value is not None else os.environ.get(POOLING_ENV, "").strip() or None
+    word = str(raw).strip().lower() if raw is not None else "off"
+    if word == "off":
+        return None
+    if word == "on":
+        return SymmetryPooling(POOL_FROM_PLY)
+    if word.isascii() and word.isdigit():
+        return SymmetryPooling(int(word))
+    raise DecisionInputError(
+        f"{POOLING_ENV} must be off, on (symmetry pooling from ply {POOL_FROM_PLY}) or the ply "
+        f"to pool from (a whole number >= 0), got {raw!r}",
+        POOLING_ENV,
+    )
+
+
+def _player(model: Any, name: str, depth: int,
+            pooling: SymmetryPooling | None = None) -> ModelPlayer:
     if depth == 0:
-        return ModelPlayer(model, name)
-    return SearchGuidedPlayer(model, name, search=SearchConfig(depth=depth))
+        return ModelPlayer(model, name, pooling=pooling)
+    return SearchGuidedPlayer(model, name, search=SearchConfig(depth=depth), pooling=pooling)
