@@ -22,7 +22,7 @@ from apps.xiangqi.evaluate import (
     training_keys,
 )
 from apps.xiangqi.model_player import XIANGQI_CHECKPOINT, ModelPlayer
-from apps.xiangqi.pooling import board_ply
+from apps.xiangqi.pooling import SymmetryPooling, board_ply
 from apps.xiangqi.render import move_question, position_document
 from apps.xiangqi.search import SearchConfig
 from apps.xiangqi.symmetry import IDENTITY, SYMMETRIES, Symmetry
@@ -363,6 +363,9 @@ def test_agreement_on_tiny_model_is_well_formed(games: list[GameRecord], tiny: A
     assert guided.player == "policy+search (depth 1, margin 0)" and guided.legal == 6
     timing = move_timing(tiny, sample[:2])
     assert timing["positions"] == 2 and timing["wall_s"] > 0
+    assert timing["pooled_positions"] == 0
+    pooled = move_timing(tiny, sample[:2], pooling=SymmetryPooling(from_ply=0))
+    assert pooled["positions"] == 2 and pooled["pooled_positions"] == 2
 
 
 def test_batched_decisions_equal_model_player_alone(games: list[GameRecord], tiny: Any) -> None:

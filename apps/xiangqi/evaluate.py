@@ -433,21 +433,22 @@ def baseline_agreement(games: Sequence[GameRecord], count: int, seed: int) -> di
             "greedy_top1": round(hits / max(1, n), 4)}
 
 
-def move_timing(model: Any, sample: Sequence[SamplePosition], decoder: str = MOVE_DECODER
-                ) -> dict[str, Any]:
-    """Wall and CPU seconds of one unbatched decision, as ModelPlayer makes it with ``decoder``
-    (mean)."""
-    from decision.joint.engine import decide
-
+def move_timing(model: Any, sample: Sequence[SamplePosition], decoder: str = MOVE_DECODER,
+                pooling: SymmetryPooling | None = None) -> dict[str, Any]:
+    """Wall and CPU seconds of one unbatched move of ``ModelPlayer`` with ``decoder`` and
+    ``pooling`` (mean), and how many of the positions were asked in more than one image."""
+    player = ModelPlayer(model, decoder=decoder, pooling=pooling)
     wall = cpu = 0.0
-    for ex, *_ in sample:
+    pooled = 0
+    for position in sample:
         w, c = time.perf_counter(), time.process_time()
-        decide(model, ex.document, [ex.question], mode="joint", threshold=0.9,
-               **decoder_options(decoder))
+        player.choose_with_info(position.board)
         wall += time.perf_counter() - w
         cpu += time.process_time() - c
+        pooled += pooling is not None and len(pooling.images_of(position.board)) > 1
     n = max(1, len(sample))
-    return {"positions": len(sample), "wall_s": round(wall / n, 3), "cpu_s": round(cpu / n, 3)}
+    return {"positions": len(sample), "pooled_positions": pooled,
+            "wall_s": round(wall / n, 3), "cpu_s": round(cpu / n, 3)}
 
 
 # ---------------------------------------------------------------------- command line
@@ -547,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         result: Any = agreement(model, sample, seen, args.batch_size, search, args.margin,
                                 args.decoder, pooling)
         if args.timing:
-            timing = move_timing(model, sample[: args.timing], args.decoder)
+            timing = move_timing(model, sample[: args.timing], args.decoder, pooling)
             print(json.dumps({"unbatched_move": timing}))
     else:
         result = play_match(model, args.opponent, args.games, args.max_plies, args.seed,
