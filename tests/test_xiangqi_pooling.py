@@ -212,3 +212,34 @@ def test_agreement_pools_as_the_player_does(tiny_checkpoint_dir: Path) -> None:
         assert row["move"] == player.choose(position.board).iccs()
         images, requests = pooled_requests(position, pooling)
         assert len(requests) == len(images) == (4 if position.ply >= 20 else 1)
+
+
+class OneByOne:
+    """The model without ``decide_many``: the player then asks one image at a time."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.calls = 0
+
+    def decide(self, *args: Any, **kw: Any) -> Any:
+        self.calls += 1
+        return self.model.decide(*args, **kw)
+
+
+def test_the_images_asked_in_one_batch_answer_as_one_at_a_time(
+    tiny_checkpoint_dir: Path,
+) -> None:
+    """A model with ``decide_many`` gets a pooled move's images in one batch; the pooled
+    probabilities are those of asking each image alone."""
+    from decision import load_model
+
+    model = load_model(str(tiny_checkpoint_dir))
+    pooling = SymmetryPooling(from_ply=0)
+    for seed in (3, 4):
+        board = _random_game(seed, 30)
+        one_by_one = OneByOne(model)
+        alone = ModelPlayer(one_by_one, pooling=pooling)._ask(board)
+        batched = ModelPlayer(model, pooling=pooling)._ask(board)
+        assert one_by_one.calls == len(SYMMETRIES)
+        assert batched.move == alone.move
+        assert batched.probabilities == pytest.approx(alone.probabilities, abs=1e-5)
