@@ -363,8 +363,8 @@ def _decide(model: Any, document: str, question: Any, threshold: float,
 def _decide_images(model: Any, asked: Sequence[ImageQuestion], threshold: float,
                    return_probabilities: bool, decoder: str) -> list[Any]:
     """Each image's decision: in one batch when the model has ``decide_many`` (a loaded
-    DecisionModel: a pooled move then costs 1.75x a move as is instead of 3.4x on one CPU
-    thread, docs/benchmarks.md), else one ``decide`` each (the service batches those itself)."""
+    DecisionModel: a pooled move then costs 2.3x a move as is instead of 3.5x on one CPU
+    thread, docs/benchmarks.md), else one ``decide`` each, in turn."""
     batch = getattr(model, "decide_many", None)
     if len(asked) == 1 or not callable(batch):
         return [_decide(model, a.document, a.question, threshold, return_probabilities, decoder)
