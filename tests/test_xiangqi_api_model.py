@@ -207,8 +207,11 @@ def test_pooling_settings(checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> 
     from apps.xiangqi.pooling import POOL_FROM_PLY
 
     monkeypatch.delenv("DECISION_XIANGQI_POOLING", raising=False)
-    assert pooling_setting() is None  # the default: the position as is
-    assert player_from_setting(str(checkpoint), search=0).pooling is None
+    # the default, auto: pooled for the model alone, as is behind the search
+    assert pooling_setting().from_ply == POOL_FROM_PLY and pooling_setting(depth=3) is None
+    assert player_from_setting(str(checkpoint), search=0).pooling.from_ply == POOL_FROM_PLY
+    assert player_from_setting(str(checkpoint), search=2).pooling is None
+    assert pooling_setting("off") is None and pooling_setting("on", depth=3) is not None
     assert pooling_setting("on").from_ply == POOL_FROM_PLY
     assert pooling_setting(" 7 ").from_ply == 7 and pooling_setting(0).from_ply == 0
     assert pooling_setting("OFF") is None

@@ -524,7 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     for command in (agr, mat):
         command.add_argument("--pool-from-ply", type=_ply, default=None, metavar="PLY",
                              help="ask in the position's four images from this ply on and "
-                                  "average (apps/xiangqi/pooling.py; default: as is only)")
+                                  "average (apps/xiangqi/pooling.py; default: as is only; the "
+                                  "served model alone pools from 20)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.command == "keys":

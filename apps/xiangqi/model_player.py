@@ -19,9 +19,9 @@ How a model plays (setting ``DECISION_XIANGQI_SEARCH``): ``3`` (default) or anot
 ``0``: the model alone (:class:`ModelPlayer`).
 
 How the move question is asked (setting ``DECISION_XIANGQI_POOLING``, :func:`pooling_setting`):
-``off`` (default): the position as is; ``on``: symmetry pooling from ply 20
-(:mod:`apps.xiangqi.pooling`, four decodes a position from there); a whole number N: pooling from
-ply N.
+``auto`` (default): symmetry pooling from ply 20 for the model alone (:mod:`apps.xiangqi.pooling`,
+the position's four images asked in one batch), the position as is behind the search; ``off``:
+as is; ``on``: pooling from ply 20 for either player; a whole number N: pooling from ply N.
 """
 
 from __future__ import annotations
@@ -452,7 +452,7 @@ def player_from_setting(
     from decision import load_model
 
     depth = search_depth_setting(search)
-    pool = pooling_setting(pooling)
+    pool = pooling_setting(pooling, depth)
     if value == "auto" and _has_checkpoint(XIANGQI_CHECKPOINT):
         model = load_model(str(XIANGQI_CHECKPOINT), device=device)
         return _player(model, "xiangqi-model", depth, pool)
@@ -472,8 +472,8 @@ def setting_loads_model(setting: str | None = None) -> bool:
 def check_player_setting(setting: str | None = None, search: str | int | None = None,
                          pooling: str | int | None = None) -> None:
     """Refuse, before a server starts, settings that :func:`player_from_setting` would only fail
-    on at the first model move: a search depth outside 0-3, a pooling setting that is neither
-    on, off nor a ply, or a checkpoint path that is not a model directory. Loads nothing (the
+    on at the first model move: a search depth outside 0-3, a pooling setting that is not auto,
+    on, off or a ply, or a checkpoint path that is not a model directory. Loads nothing (the
     model is loaded on the first model move)."""
     value = _setting_value(setting)
     if value in _BASELINES:
@@ -509,15 +509,19 @@ def search_depth_setting(value: str | int | None = None) -> int:
     return depth
 
 
-def pooling_setting(value: str | int | None = None) -> SymmetryPooling | None:
-    """How the move question is asked: ``value``, else ``$DECISION_XIANGQI_POOLING``, else off.
+def pooling_setting(value: str | int | None = None, depth: int = 0) -> SymmetryPooling | None:
+    """How the move question is asked: ``value``, else ``$DECISION_XIANGQI_POOLING``, else auto.
 
-    ``off``: the position as is (None); ``on``: :class:`SymmetryPooling` from ply
-    ``POOL_FROM_PLY``; a whole number N >= 0: pooling from ply N. A bad value is a
-    ``DecisionInputError``, answered like a bad search depth.
+    ``auto``: :class:`SymmetryPooling` from ply ``POOL_FROM_PLY`` for the model alone (search
+    ``depth`` 0), the position as is behind the search, where pooling measured level
+    (docs/xiangqi-model.md, "Symmetry pooling"); ``off``: the position as is (None); ``on``:
+    pooling from ply ``POOL_FROM_PLY``; a whole number N >= 0: pooling from ply N. A bad value
+    is a ``DecisionInputError``, answered like a bad search depth.
     """
     raw = value if value is not None else os.environ.get(POOLING_ENV, "").strip() or None
-    word = str(raw).strip().lower() if raw is not None else "off"
+    word = str(raw).strip().lower() if raw is not None else "auto"
+    if word == "auto":
+        word = "on" if depth == 0 else "off"
     if word == "off":
         return None
     if word == "on":
@@ -525,8 +529,8 @@ def pooling_setting(value: str | int | None = None) -> SymmetryPooling | None:
     if word.isascii() and word.isdigit():
         return SymmetryPooling(int(word))
     raise DecisionInputError(
-        f"{POOLING_ENV} must be off, on (symmetry pooling from ply {POOL_FROM_PLY}) or the ply "
-        f"to pool from (a whole number >= 0), got {raw!r}",
+        f"{POOLING_ENV} must be auto, off, on (symmetry pooling from ply {POOL_FROM_PLY}) or "
+        f"the ply to pool from (a whole number >= 0), got {raw!r}",
         POOLING_ENV,
     )
 
