@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from apps.xiangqi import BLACK, RED, Board
 from apps.xiangqi.api import create_app
+from apps.xiangqi.core import Move
 from apps.xiangqi.model_player import (
     ModelPlayer,
     SearchGuidedPlayer,
@@ -27,6 +28,7 @@ from apps.xiangqi.model_player import (
     sound_moves,
 )
 from apps.xiangqi.players import GreedyPlayer, RandomPlayer
+from apps.xiangqi.pooling import SymmetryPooling
 from apps.xiangqi.render import move_question, position_document, sorted_legal_iccs
 from apps.xiangqi.search import SearchConfig, best_score, move_scores
 
@@ -139,6 +141,41 @@ def test_inside_decision_serve_the_model_answers_through_the_worker(
                if line.startswith("decision_batch_size_count")]
     assert batches and float(batches[0].split()[-1]) >= 1, metrics
     assert (tmp_path / "served.sqlite3").exists()
+
+
+def test_a_pooled_model_move_through_the_services_worker(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model alone pooling from ply 0 inside ``decision serve`` with the service's own model:
+    the four images go through the worker one by one (ServiceModel has no ``decide_many``) and
+    their option probabilities come back, so the move is the pooled one and legal."""
+    from decision.serve.app import create_app as create_service
+    from decision.serve.settings import ServeSettings
+    from decision.serve.testing import running_server
+
+    monkeypatch.setenv("DECISION_XIANGQI_DB", str(tmp_path / "served.sqlite3"))
+    monkeypatch.setenv("DECISION_XIANGQI_MODEL", "default")
+    monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "0")
+    monkeypatch.setenv("DECISION_XIANGQI_POOLING", "0")
+    app = create_service(ServeSettings(model_path=str(checkpoint)))
+    with running_server(app) as base, httpx.Client(base_url=base, timeout=60) as http:
+        g = http.post(GAMES, json={"model_side": "red"}).json()
+        r = http.post(f"{GAMES}/{g['id']}/model-move")
+        assert r.status_code == 200, r.text
+        state = r.json()
+        metrics = http.get("/metrics").text
+    move = state["moves"][0]["iccs"]
+    assert Board().is_legal(Move.from_iccs(move))
+    # The same player outside the service, on the same weights, pools to the same move.
+    from decision import load_model
+
+    local = ModelPlayer(load_model(str(checkpoint)), pooling=SymmetryPooling(from_ply=0))
+    assert local.choose(Board()).iccs() == move
+    assert state["model_move"]["confidence"] == pytest.approx(
+        local.choose_with_info(Board()).confidence, abs=1e-4)
+    requests = [line for line in metrics.splitlines()
+                if line.startswith("decision_batch_size_sum")]
+    assert requests and float(requests[0].split()[-1]) >= 4, metrics
 
 
 def test_model_moves_that_fill_the_route_threads_do_not_deadlock_the_service(
