@@ -52,7 +52,7 @@ from apps.xiangqi.evaluate import (  # noqa: E402
 from apps.xiangqi.model_player import (  # noqa: E402
     DEFAULT_MARGIN,
     MOVE_DECODERS,
-    decoder_options,
+    decide_request,
     guided_pick,
     sound_moves,
 )
@@ -93,12 +93,6 @@ def mean_probability(views: Sequence[View]) -> str:
     return pooled_pick(summed_probabilities(views), views[0]["probs"])
 
 
-def _request(document: str, question: dict[str, Any], probabilities: bool,
-             decoder: str) -> dict[str, Any]:
-    return {"document": document, "questions": [question], "mode": "joint", "threshold": 0.9,
-            "return_probabilities": probabilities, **decoder_options(decoder)}
-
-
 def decode_positions(model: Any, sample: Sequence[SamplePosition], search: SearchConfig | None,
                      margin: float, decoder: str = "token", chunk: int = 8
                      ) -> list[dict[str, Any]]:
@@ -114,13 +108,13 @@ def decode_positions(model: Any, sample: Sequence[SamplePosition], search: Searc
         for p in part:
             for symmetry in SYMMETRIES:
                 image = symmetry.board(p.board)
-                requests.append(_request(position_document(image), move_question(image), True,
-                                         decoder))
+                requests.append(decide_request(position_document(image), move_question(image),
+                                               return_probabilities=True, decoder=decoder))
             if search is not None:
                 sound = sorted(m.iccs() for m in sound_moves(p.board, search, margin))
                 restricted = dict(p.example.question,
                                   answer={"type": "choice", "options": sound})
-                requests.append(_request(p.example.document, restricted, False, decoder))
+                requests.append(decide_request(p.example.document, restricted, decoder=decoder))
                 sounds.append(sound)
         decisions = iter(decide_many(model, requests))
         for i, p in enumerate(part):

@@ -45,7 +45,7 @@ from apps.xiangqi.model_player import (
     ModelPlayer,
     SearchGuidedPlayer,
     check_margin,
-    decoder_options,
+    decide_request,
     guided_pick,
     repetition_safe_moves,
     sound_moves,
@@ -238,14 +238,8 @@ def move_request(position: SamplePosition, probabilities: bool = False,
     """The question the player asks about ``position`` as a ``decide_many`` request: its
     options leave out a move that ends the game by repetition at once (``ModelPlayer``)."""
     question = move_question(position.board, repetition_safe_moves(position.board))
-    return _request(position.example.document, question, probabilities, decoder)
-
-
-def _request(document: str, question: dict[str, Any], probabilities: bool,
-             decoder: str) -> dict[str, Any]:
-    """One move question as a ``decide_many`` request, asked as ``ModelPlayer`` asks it."""
-    return {"document": document, "questions": [question], "mode": "joint", "threshold": 0.9,
-            "return_probabilities": probabilities, **decoder_options(decoder)}
+    return decide_request(position.example.document, question,
+                          return_probabilities=probabilities, decoder=decoder)
 
 
 def pooled_requests(position: SamplePosition, pooling: SymmetryPooling,
@@ -255,7 +249,8 @@ def pooled_requests(position: SamplePosition, pooling: SymmetryPooling,
     player's question in each image, probabilities on: ``ModelPlayer`` with ``pooling``)."""
     images = pooling.images_of(position.board)
     asked = image_questions(position.board, repetition_safe_moves(position.board), images)
-    return images, [_request(q.document, q.question, True, decoder) for q in asked]
+    return images, [decide_request(q.document, q.question, return_probabilities=True,
+                                   decoder=decoder) for q in asked]
 
 
 def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],

@@ -346,18 +346,26 @@ def _repeats_to_win(board: Board, us: Color) -> bool:
     return outcome is not None and outcome.winner == us
 
 
+def decide_request(document: str, question: Any, threshold: float = 0.9,
+                   return_probabilities: bool = False,
+                   decoder: str = MOVE_DECODER) -> dict[str, Any]:
+    """The player's move question as the keyword arguments of ``decide`` and as one request of
+    ``decide_many`` (interfaces.md), with ``decoder``'s options."""
+    return {"document": document, "questions": [question], "mode": "joint",
+            "threshold": threshold, "return_probabilities": return_probabilities,
+            **decoder_options(decoder)}
+
+
 def _decide(model: Any, document: str, question: Any, threshold: float,
             return_probabilities: bool = False, decoder: str = MOVE_DECODER) -> Any:
     """``model.decide`` (interfaces.md) with ``decoder``'s options; a bare DecisionModel goes
     through the joint engine."""
-    options = decoder_options(decoder)
+    request = decide_request(document, question, threshold, return_probabilities, decoder)
     if hasattr(model, "decide"):
-        return model.decide(document, [question], mode="joint", threshold=threshold,
-                            return_probabilities=return_probabilities, **options)
+        return model.decide(**request)
     from decision.joint.engine import decide
 
-    return decide(model, document, [question], mode="joint", threshold=threshold,
-                  return_probabilities=return_probabilities, **options)
+    return decide(model, **request)
 
 
 def _decide_images(model: Any, asked: Sequence[ImageQuestion], threshold: float,
@@ -369,10 +377,8 @@ def _decide_images(model: Any, asked: Sequence[ImageQuestion], threshold: float,
     if len(asked) == 1 or not callable(batch):
         return [_decide(model, a.document, a.question, threshold, return_probabilities, decoder)
                 for a in asked]
-    options = decoder_options(decoder)
-    return batch([{"document": a.document, "questions": [a.question], "mode": "joint",
-                   "threshold": threshold, "return_probabilities": return_probabilities,
-                   **options} for a in asked])
+    return batch([decide_request(a.document, a.question, threshold, return_probabilities,
+                                 decoder) for a in asked])
 
 
 def choose_move(player: Player, board: Board) -> MoveChoice:
