@@ -356,29 +356,22 @@ def decide_request(document: str, question: Any, threshold: float = 0.9,
             **decoder_options(decoder)}
 
 
-def _decide(model: Any, document: str, question: Any, threshold: float,
-            return_probabilities: bool = False, decoder: str = MOVE_DECODER) -> Any:
-    """``model.decide`` (interfaces.md) with ``decoder``'s options; a bare DecisionModel goes
-    through the joint engine."""
-    request = decide_request(document, question, threshold, return_probabilities, decoder)
-    if hasattr(model, "decide"):
-        return model.decide(**request)
-    from decision.joint.engine import decide
-
-    return decide(model, **request)
-
-
 def _decide_images(model: Any, asked: Sequence[ImageQuestion], threshold: float,
                    return_probabilities: bool, decoder: str) -> list[Any]:
-    """Each image's decision: in one batch when the model has ``decide_many`` (a loaded
-    DecisionModel: a pooled move then costs 2.3x a move as is instead of 3.5x on one CPU
-    thread, docs/benchmarks.md), else one ``decide`` each, in turn."""
-    batch = getattr(model, "decide_many", None)
-    if len(asked) == 1 or not callable(batch):
-        return [_decide(model, a.document, a.question, threshold, return_probabilities, decoder)
+    """Each image's decision (interfaces.md): in one batch when the model has ``decide_many``
+    (a loaded DecisionModel: a pooled move then costs 2.3x a move as is instead of 3.5x on one
+    CPU thread, docs/benchmarks.md), else one ``model.decide`` each, in turn; a bare model
+    without either goes through the joint engine."""
+    requests = [decide_request(a.document, a.question, threshold, return_probabilities, decoder)
                 for a in asked]
-    return batch([decide_request(a.document, a.question, threshold, return_probabilities,
-                                 decoder) for a in asked])
+    batch = getattr(model, "decide_many", None)
+    if len(requests) > 1 and callable(batch):
+        return batch(requests)
+    if hasattr(model, "decide"):
+        return [model.decide(**request) for request in requests]
+    from decision.joint.engine import decide_many
+
+    return decide_many(model, requests)
 
 
 def choose_move(player: Player, board: Board) -> MoveChoice:
