@@ -74,6 +74,10 @@ class DataSection:
     # that the answer is in the row's set of acceptable options, Row.option_set), on rows
     # that carry a set; 0 = off.
     option_set_loss_weight: float = 0.0
+    # Weight of the soft option loss (option_loss.py: the cross-entropy of the option
+    # scorer's probabilities against the row's soft targets, Row.soft_targets, e.g. a
+    # teacher's; distillation), on rows that carry them; 0 = off.
+    soft_option_loss_weight: float = 0.0
     val_groups: int = 64  # held-out groups scored every eval_every steps
     # Focus: a share `p_focus` of rows are standalone items of a question whose type is in
     # `focus_qtypes` (the types a model still gets wrong), taken from the first of the next
@@ -326,6 +330,9 @@ def _check(cfg: TrainConfig) -> None:
     if d.option_set_loss_weight < 0:
         raise DecisionInputError("data.option_set_loss_weight must be >= 0",
                                  "data.option_set_loss_weight")
+    if d.soft_option_loss_weight < 0:
+        raise DecisionInputError("data.soft_option_loss_weight must be >= 0",
+                                 "data.soft_option_loss_weight")
     if not 0 <= d.p_extraction_visible <= 1:
         raise DecisionInputError("data.p_extraction_visible must lie in [0, 1]", "data")
     if not 0 < d.extraction_rate_scale <= 1:

@@ -30,7 +30,12 @@ from decision.joint.scoring import Denoiser, SlotOptions
 from decision.train.batches import StepBatches
 from decision.train.config import TrainConfig
 from decision.train.masking import apply_mask, diffusion_loss, sample_t, slot_rates
-from decision.train.option_loss import BlockDenoiser, option_loss, option_set_loss
+from decision.train.option_loss import (
+    BlockDenoiser,
+    option_loss,
+    option_set_loss,
+    soft_option_loss,
+)
 from decision.train.rows import Batch, Row, collate
 
 STATE_FILE = "trainer_state.pt"
@@ -186,7 +191,9 @@ def batch_loss(
     With ``data.option_loss_weight = w > 0``, rows that carry their options (``Row.options``)
     add ``w`` times the option loss (option_loss.py), its block forwards on the same cache;
     with ``data.option_set_loss_weight = w > 0``, rows that also carry an option set
-    (``Row.option_set``) add ``w`` times the option-set loss, likewise.
+    (``Row.option_set``) add ``w`` times the option-set loss, likewise; with
+    ``data.soft_option_loss_weight = w > 0``, rows that carry soft targets
+    (``Row.soft_targets``) add ``w`` times the soft option loss, likewise.
     """
     draws = cfg.run.denoise_draws
     device = device or torch.device("cpu")
@@ -198,7 +205,11 @@ def batch_loss(
     sets = batch.scored_sets or tuple(() for _ in batch.scored_slots)
     with_sets = [(slot, members) for slot, members in zip(batch.scored_slots, sets, strict=True)
                  if members] if cfg.data.option_set_loss_weight > 0 else []
-    shared = (draws > 1 or scored or bool(with_sets)) and hasattr(model, "prefill") \
+    soft = batch.scored_soft or tuple(() for _ in batch.scored_slots)
+    with_soft = [(slot, target) for slot, target in zip(batch.scored_slots, soft, strict=True)
+                 if target] if cfg.data.soft_option_loss_weight > 0 else []
+    shared = (draws > 1 or scored or bool(with_sets) or bool(with_soft)) \
+        and hasattr(model, "prefill") \
         and hasattr(model, "denoise")
     on = batch.to(device)
     total = torch.zeros((), device=device)
@@ -230,7 +241,7 @@ def batch_loss(
             loss = diffusion_loss(logits, on.block_ids, mb, cfg.data.loss_weighting)
             total = total + loss
         total = total / (draws if shared else 1)
-        if scored or with_sets:
+        if scored or with_sets or with_soft:
             read = only_scored_slots(batch.block_ids, batch.slot_of, batch.scored_slots,
                                      mask_token_id).to(device)
         if scored:
@@ -242,6 +253,11 @@ def batch_loss(
             total = total + cfg.data.option_set_loss_weight * option_set_loss(
                 _row_denoiser(model, on, cache), read, [slot for slot, _ in with_sets],
                 [members for _, members in with_sets], mask_token_id,
+            )
+        if with_soft:
+            total = total + cfg.data.soft_option_loss_weight * soft_option_loss(
+                _row_denoiser(model, on, cache), read, [slot for slot, _ in with_soft],
+                [target for _, target in with_soft], mask_token_id,
             )
     return total
 

@@ -138,19 +138,39 @@ def option_set_log_probs(
     """log of the option scorer's probability that each slot's answer is in its set:
     ``[len(slots)]``, ``sets[k]`` indexing ``slots[k].sequences``.
 
-    The scorer's probability of a set is the sum of its options' probabilities (the mean over
-    ``orders`` of each one's chain rule, every factor normalised over the tokens that continue
-    *some* option of the slot, as :func:`decision.joint.scoring.score_options` does), so only the
-    set's options need forwards: per level, one row per distinct block state (slot, fixed
-    tokens) any order of any member reaches, all in one ``denoise`` call whose second argument
-    names each row's batch row (repeated as often as needed). Differentiable through ``denoise``.
+    The scorer's probability of a set is the sum of its options' probabilities
+    (:func:`option_member_log_probs`). Differentiable through ``denoise``.
+    """
+    members = option_member_log_probs(denoise, blocks, slots, sets, mask_token_id, orders)
+    return torch.stack([torch.logsumexp(m, dim=0) for m in members]) if members \
+        else torch.zeros(0)
+
+
+def option_member_log_probs(
+    denoise: Denoiser,
+    blocks: torch.Tensor,
+    slots: Sequence[SlotOptions],
+    sets: Sequence[Sequence[int]],
+    mask_token_id: int,
+    orders: Sequence[str] = ORDERS,
+) -> list[torch.Tensor]:
+    """log of the option scorer's probability of each member of each slot's set: one tensor
+    ``[len(sets[k])]`` per slot, in the set's order, ``sets[k]`` indexing
+    ``slots[k].sequences``.
+
+    An option's probability is the mean over ``orders`` of its chain rule, every factor
+    normalised over the tokens that continue *some* option of the slot, as
+    :func:`decision.joint.scoring.score_options` does, so only the set's options need
+    forwards: per level, one row per distinct block state (slot, fixed tokens) any order of
+    any member reaches, all in one ``denoise`` call whose second argument names each row's
+    batch row (repeated as often as needed). Differentiable through ``denoise``.
     """
     if not orders:
         raise ValueError("at least one scoring order is needed")
     if len(sets) != len(slots):
         raise ValueError("one set of options is needed per slot")
     if not slots:
-        return torch.zeros(0)
+        return []
     for k, (slot, members) in enumerate(zip(slots, sets, strict=True)):
         if not members or len(set(members)) != len(members) \
                 or not all(0 <= m < len(slot.sequences) for m in members):
@@ -213,9 +233,14 @@ def option_set_log_probs(
         picked = lp.gather(1, torch.tensor([r[4] for r in reads], device=device)[:, None])
         totals = totals.index_add(0, torch.tensor([r[0] for r in reads], device=device),
                                   picked.squeeze(1))
-    slot_of_term = torch.tensor(term_slots, device=blocks.device)
-    return torch.stack([torch.logsumexp(totals[slot_of_term == k], dim=0)
-                        for k in range(len(slots))]) - math.log(len(orders))
+    # terms run slot by slot, order by order, member by member: [orders, members] per slot
+    out, first = [], 0
+    for members in sets:
+        n = len(orders) * len(members)
+        by_order = totals[first : first + n].view(len(orders), len(members))
+        out.append(torch.logsumexp(by_order, dim=0) - math.log(len(orders)))
+        first += n
+    return out
 
 
 def option_set_loss(
@@ -230,3 +255,33 @@ def option_set_loss(
     if not slots:
         return blocks.new_zeros((), dtype=torch.float32)
     return -option_set_log_probs(denoise, blocks, slots, sets, mask_token_id, orders).mean()
+
+
+def soft_option_loss(
+    denoise: Denoiser,
+    blocks: torch.Tensor,
+    slots: Sequence[SlotOptions],
+    targets: Sequence[Sequence[tuple[int, float]]],
+    mask_token_id: int,
+    orders: Sequence[str] = ORDERS,
+) -> torch.Tensor:
+    """Mean over the slots of the cross-entropy ``-sum_m q_m log P(m)`` from each slot's soft
+    targets ``q`` (``(option index, probability)`` pairs, e.g. a teacher's distribution over
+    the options: distillation), the probabilities normalised to sum to 1 (0 without any slot).
+
+    A target may cover a few options only (a teacher's most probable ones): its cross-entropy
+    then only asks those options for the shares it gives them, and the rest of the slot's
+    probability is pushed down through the normalisation of every factor."""
+    if not slots:
+        return blocks.new_zeros((), dtype=torch.float32)
+    for k, target in enumerate(targets):
+        if not target or any(q < 0 for _, q in target) or sum(q for _, q in target) <= 0:
+            raise ValueError(f"slot {k}: soft targets need non-negative probabilities "
+                             "with a positive sum")
+    sets = [[m for m, _ in target] for target in targets]
+    log_probs = option_member_log_probs(denoise, blocks, slots, sets, mask_token_id, orders)
+    losses = []
+    for target, lp in zip(targets, log_probs, strict=True):
+        q = torch.tensor([p for _, p in target], dtype=lp.dtype, device=lp.device)
+        losses.append(-(q / q.sum() * lp).sum())
+    return torch.stack(losses).mean()

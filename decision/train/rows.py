@@ -37,6 +37,9 @@ class Row:
     # Indices into ``options`` of the answers the option-set loss counts as acceptable (the
     # gold among them); () when the row has none.
     option_set: tuple[int, ...] = ()
+    # Soft targets for the soft option loss: ``(index into options, probability)`` pairs, e.g.
+    # a teacher's distribution over the options (distillation); () when the row has none.
+    soft_targets: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         n_h, n_b = len(self.history_ids), len(self.block_ids)
@@ -63,6 +66,16 @@ class Row:
             answer = tuple(self.block_ids[self.options_start : self.options_start + length])
             if self.options.index(answer) not in self.option_set:
                 raise ValueError("the option set must hold the block's answer")
+        if self.soft_targets:
+            if not self.options:
+                raise ValueError("soft targets need the row's options")
+            named = [i for i, _ in self.soft_targets]
+            if len(set(named)) != len(named) or not all(0 <= i < len(self.options)
+                                                        for i in named):
+                raise ValueError("soft targets must name distinct options of the row")
+            if any(q < 0 for _, q in self.soft_targets) \
+                    or sum(q for _, q in self.soft_targets) <= 0:
+                raise ValueError("soft targets need non-negative probabilities, sum > 0")
 
 
 @dataclass
@@ -81,6 +94,8 @@ class Batch:
     scored_slots: tuple[SlotOptions, ...] = ()  # the rows' options (Row.options), by batch row
     # per scored slot, its row's option set (Row.option_set; () for a row without one)
     scored_sets: tuple[tuple[int, ...], ...] = ()
+    # per scored slot, its row's soft targets (Row.soft_targets; () for a row without)
+    scored_soft: tuple[tuple[tuple[int, float], ...], ...] = ()
 
     def to(self, device: torch.device) -> Batch:
         """The same batch on ``device`` (tensors already there are not copied)."""
@@ -121,4 +136,5 @@ def collate(rows: list[Row], pad_token_id: int) -> Batch:
         scored_slots=tuple(SlotOptions(b, r.options_start, r.options)
                            for b, r in enumerate(rows) if r.options),
         scored_sets=tuple(r.option_set for r in rows if r.options),
+        scored_soft=tuple(r.soft_targets for r in rows if r.options),
     )
