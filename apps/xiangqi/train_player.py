@@ -42,11 +42,13 @@ from apps.xiangqi.training import (
     MoveExample,
     MoveRowSource,
     PositionRef,
+    SoftTarget,
     board_at,
     book_positions,
     example_at,
     last_ply_positions,
     load_games,
+    load_soft_targets,
     mixed_positions,
     sample_positions,
     tokenizer_corpus,
@@ -119,6 +121,9 @@ class XiangqiSection:
     # the diffusion loss; play asks only the move. 0 asks none.
     aux: str = ""
     aux_share: float = 0.0
+    # Distillation (``data.soft_option_loss_weight``): a file of soft targets for the run's
+    # rows by index (apps/xiangqi/distil.py writes it from a teacher model); "" = none.
+    soft_targets: str = ""
 
 
 def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
@@ -188,6 +193,9 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
     if xq.sound_depth and cfg.data.option_set_loss_weight <= 0:
         raise DecisionInputError("xiangqi.sound_depth needs data.option_set_loss_weight > 0",
                                  "xiangqi.sound_depth")
+    if xq.soft_targets and cfg.data.soft_option_loss_weight <= 0:
+        raise DecisionInputError("xiangqi.soft_targets needs data.soft_option_loss_weight > 0",
+                                 "xiangqi.soft_targets")
     return cfg, xq
 
 
@@ -267,6 +275,43 @@ def master_refs(games: list[GameRecord], xq: XiangqiSection,
     return refs
 
 
+def row_source(xq: XiangqiSection, games: list[GameRecord], tokenizer: Tokenizer,
+               soft_targets: dict[int, SoftTarget] | None = None) -> MoveRowSource:
+    """The run's training rows (a pure function of the config's ``xiangqi`` section, the
+    training games and the tokenizer): what ``train`` feeds the loop and what
+    :mod:`apps.xiangqi.distil` labels row by row."""
+    n_teacher = round(xq.teacher_share * xq.train_positions)
+    book = None
+    n_games = len(games)
+    if xq.book_min_count:
+        t = time.monotonic()
+        book = MoveBook.from_games((g.start_fen, g.moves) for g in games)
+        log(f"book: {len(book)} positions, {book.recurring(xq.book_min_count)} reached "
+            f">= {xq.book_min_count} times, labelled with their most frequent move "
+            f"({time.monotonic() - t:.1f} s)")
+    refs = master_refs(games, xq, book)
+    draws = master_draws(xq)
+    if draws.drilled and book is not None:
+        log(f"drill: {draws.drilled} of {len(refs)} master draws uniform over the "
+            f"{book.recurring(xq.drill_min_count)} positions reached >= "
+            f"{xq.drill_min_count} times")
+    if draws.openings:
+        log(f"openings: {draws.openings} of {len(refs)} master draws from "
+            f"plies < {xq.opening_plies}")
+    if xq.teacher_games:
+        taught = load_games(xq.teacher_games)
+        log(f"teacher: {len(taught)} labelled positions from {xq.teacher_games}, "
+            f"{n_teacher} of {xq.train_positions} draws")
+        refs = mixed_positions(
+            refs, last_ply_positions(taught, len(games), n_teacher, xq.seed + 3), xq.seed + 4)
+        games = games + taught
+    source = MoveRowSource(games, refs, tokenizer, xq.mirror_share, xq.seed + 5,
+                           book, xq.book_min_count, n_games, xq.sound_depth,
+                           xq.aux, xq.aux_share, xq.image_share, xq.image_from_ply,
+                           soft_targets)
+    return source
+
+
 def train(config: str | Path, resume: bool = False, max_minutes: float | None = None,
           max_steps: int | None = None, out_dir: str | None = None,
           init_from: str | Path | None = None, device: str | None = None) -> TrainResult:
@@ -294,34 +339,12 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
                                lambda: build_tokenizer(games, cfg, xq))
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
-    n_teacher = round(xq.teacher_share * xq.train_positions)
-    book = None
-    n_games = len(games)
-    if xq.book_min_count:
-        t = time.monotonic()
-        book = MoveBook.from_games((g.start_fen, g.moves) for g in games)
-        log(f"book: {len(book)} positions, {book.recurring(xq.book_min_count)} reached "
-            f">= {xq.book_min_count} times, labelled with their most frequent move "
-            f"({time.monotonic() - t:.1f} s)")
-    refs = master_refs(games, xq, book)
-    draws = master_draws(xq)
-    if draws.drilled and book is not None:
-        log(f"drill: {draws.drilled} of {len(refs)} master draws uniform over the "
-            f"{book.recurring(xq.drill_min_count)} positions reached >= "
-            f"{xq.drill_min_count} times")
-    if draws.openings:
-        log(f"openings: {draws.openings} of {len(refs)} master draws from "
-            f"plies < {xq.opening_plies}")
-    if xq.teacher_games:
-        taught = load_games(xq.teacher_games)
-        log(f"teacher: {len(taught)} labelled positions from {xq.teacher_games}, "
-            f"{n_teacher} of {xq.train_positions} draws")
-        refs = mixed_positions(
-            refs, last_ply_positions(taught, len(games), n_teacher, xq.seed + 3), xq.seed + 4)
-        games = games + taught
-    source = MoveRowSource(games, refs, model.tokenizer, xq.mirror_share, xq.seed + 5,
-                           book, xq.book_min_count, n_games, xq.sound_depth,
-                           xq.aux, xq.aux_share, xq.image_share, xq.image_from_ply)
+    soft_targets = None
+    if xq.soft_targets:
+        soft_targets = load_soft_targets(xq.soft_targets)
+        log(f"soft targets: {len(soft_targets)} rows from {xq.soft_targets}, "
+            f"weight {cfg.data.soft_option_loss_weight:g}")
+    source = row_source(xq, games, model.tokenizer, soft_targets)
     if xq.aux_share:
         log(f"auxiliary question {xq.aux!r} on {xq.aux_share:.0%} of the master rows")
     if xq.sound_depth:

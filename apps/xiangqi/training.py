@@ -14,8 +14,9 @@ training run touches ~10^5 positions out of 2.2M, and replaying costs ~40 us a p
 
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,43 @@ class MoveExample:
     document: str
     question: dict[str, Any]
     gold: str
+
+
+@dataclass(frozen=True)
+class SoftTarget:
+    """A row's soft targets (:mod:`apps.xiangqi.distil`): move -> probability, and the FEN of
+    the position they were made for (a row that shows another position refuses them)."""
+
+    fen: str
+    probs: dict[str, float]
+
+
+def load_soft_targets(path: str | Path) -> dict[int, SoftTarget]:
+    """Read a soft-target file (JSON lines ``{"row", "fen", "targets"}``, apps/xiangqi/distil.py)
+    into row index -> :class:`SoftTarget`; one clear error for a missing or malformed file."""
+    out: dict[int, SoftTarget] = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise DecisionInputError(f"cannot read soft targets {path}: {exc}",
+                                 "soft_targets") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            row, fen, targets = int(record["row"]), str(record["fen"]), record["targets"]
+            probs = {str(move): float(q) for move, q in targets.items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise DecisionInputError(f"{path}:{n}: not a soft-target record ({exc})",
+                                     "soft_targets") from None
+        if row < 0 or not probs or any(q < 0 for q in probs.values()) \
+                or sum(probs.values()) <= 0 or row in out:
+            raise DecisionInputError(
+                f"{path}:{n}: row {row} needs a new index >= 0 and non-negative "
+                "probabilities with a positive sum", "soft_targets")
+        out[row] = SoftTarget(fen, probs)
+    return out
 
 
 def load_games(path: str | Path, limit: int | None = None) -> list[GameRecord]:
@@ -246,6 +284,7 @@ def encode_example(
     option_ids: dict[str, tuple[int, ...]] | None = None,
     acceptable: Collection[str] = (),
     aux: tuple[str, str] | None = None,
+    soft: Mapping[str, float] | None = None,
 ) -> Row:
     """Lay an example out as the decoder does, with the gold move in the slot (EOS-padded) and
     every legal move as the row's options (``Row.options``, for the option loss).
@@ -262,6 +301,9 @@ def encode_example(
     question, so its slot follows the move's and the move's slot keeps its place; its answer
     is trained by the diffusion loss only (the option loss reads the move's slot with this one
     masked: ``decision.train.loop``).
+
+    ``soft``: move -> probability, the row's soft targets (``Row.soft_targets``, a teacher's
+    distribution for distillation); every move must be among the options.
     """
     encode = tokenizer_context(tokenizer).canonical_ids  # as the decoder encodes text
 
@@ -296,7 +338,18 @@ def encode_example(
         options=padded,
         options_start=block_slots[0].start,
         option_set=_option_set(options, ex.gold, acceptable),
+        soft_targets=_soft_targets(options, soft or {}),
     )
+
+
+def _soft_targets(options: Sequence[str], soft: Mapping[str, float]
+                  ) -> tuple[tuple[int, float], ...]:
+    index = {option: i for i, option in enumerate(options)}
+    unknown = sorted(set(soft) - set(index))
+    if unknown:
+        raise DecisionInputError(f"soft targets name moves that are not options: {unknown}",
+                                 "soft_targets")
+    return tuple((index[move], float(q)) for move, q in soft.items())
 
 
 def _option_set(options: Sequence[str], gold: str, acceptable: Collection[str]
@@ -340,6 +393,10 @@ class MoveRowSource:
     ``aux`` in ``AUX_KINDS`` with ``aux_share`` > 0 (multi-task): that share of the rows of
     master games, chosen by ``i`` and ``seed`` alone, carry a second question in the same joint
     group (:func:`aux_question`), where the game answers it.
+
+    ``soft_targets`` (distillation): row index -> :class:`SoftTarget`, in the row's own image
+    (:mod:`apps.xiangqi.distil` writes them for a run's rows); a row found there carries them
+    as ``Row.soft_targets``, once its position is checked to be theirs.
     """
 
     def __init__(self, games: Sequence[GameRecord], refs: Sequence[PositionRef],
@@ -347,7 +404,8 @@ class MoveRowSource:
                  book: MoveBook | None = None, book_min_count: int = 0,
                  book_games: int | None = None, sound_depth: int = 0,
                  aux: str = "", aux_share: float = 0.0, image_share: float = 0.0,
-                 image_from_ply: int = 0) -> None:
+                 image_from_ply: int = 0,
+                 soft_targets: Mapping[int, SoftTarget] | None = None) -> None:
         if not refs:
             raise DecisionInputError("no positions to train on", "refs")
         if not 0.0 <= mirror_share <= 1.0:
@@ -380,6 +438,7 @@ class MoveRowSource:
         self.image_share = image_share
         self.image_from_ply = image_from_ply
         self.seed = seed
+        self.soft_targets = soft_targets or {}
         self._option_ids: dict[str, tuple[int, ...]] = {}
 
     def mirrored(self, i: int) -> bool:
@@ -442,5 +501,11 @@ class MoveRowSource:
         acceptable: Collection[str] = ()
         if self.search is not None:
             acceptable = {m.iccs() for m in sound_moves(board, self.search, 0.0)}
+        soft = self.soft_targets.get(i)
+        if soft is not None and soft.fen != board.fen():
+            raise DecisionInputError(
+                f"row {i}: the soft targets are for {soft.fen}, the row shows {board.fen()} "
+                "(made for another config?)", "soft_targets")
         return encode_example(example_at(board, gold), self.tokenizer, self.special,
-                              self._option_ids, acceptable, aux)
+                              self._option_ids, acceptable, aux,
+                              None if soft is None else soft.probs)
