@@ -14,10 +14,12 @@ The training driver reads the file through ``xiangqi.soft_targets`` and trains t
 with ``data.soft_option_loss_weight`` times the cross-entropy against them
 (:func:`decision.train.option_loss.soft_option_loss`)::
 
-    python -m apps.xiangqi.distil --config configs/xiangqi-stage53-distil.json \\
-        --model models/xiangqi --rows 0:9216 --out runs/distil/targets.jsonl [--threads 1]
+    python -m apps.xiangqi.distil --config configs/xiangqi-stage53-distil-pooled.json \\
+        --model models/xiangqi --rows 0:9216 --out runs/distil54/targets.jsonl [--threads 1]
 
-Several processes may label disjoint row ranges side by side; their files are concatenated.
+The config may be the run's own: its ``soft_targets`` are not read here (the rows do not
+depend on them). Several processes may label disjoint row ranges side by side; their files
+are concatenated.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 import torch
 
 from apps.xiangqi.board import Board
-from apps.xiangqi.model_player import _decide_images
+from apps.xiangqi.model_player import decide_images
 from apps.xiangqi.pooling import (
     SymmetryPooling,
     image_questions,
@@ -55,7 +57,7 @@ def teacher_probabilities(model: Any, boards: Sequence[Board],
         images = pooling.images_of(board)
         spans.append((len(asked), images))
         asked.extend(image_questions(board, list(board.legal_moves), images))
-    decisions = _decide_images(model, asked, threshold=0.9, return_probabilities=True,
+    decisions = decide_images(model, asked, threshold=0.9, return_probabilities=True,
                                decoder="score")
     out = []
     for first, images in spans:
@@ -92,10 +94,7 @@ def label_rows(config: str | Path, model_dir: str | Path, start: int, end: int,
                                  f"{start}:{end}", "rows")
     if top < 1 or not 0 < mass <= 1 or batch < 1:
         raise DecisionInputError("top and batch must be >= 1 and mass in (0, 1]", "top")
-    _, xq = load_player_config(config)
-    if xq.soft_targets:
-        raise DecisionInputError("label the rows with the config's soft_targets left out "
-                                 "(the rows do not depend on them)", "xiangqi.soft_targets")
+    _, xq = load_player_config(config)  # its soft_targets (the file being made) unread
     model = load_model(model_dir, dtype=torch.float32)
     source = row_source(xq, load_games(xq.train_games), model.tokenizer)
     pooling = SymmetryPooling()

@@ -142,7 +142,7 @@ class ModelPlayer:
         pooled = len(images) > 1
         asked = image_questions(board, options, images)
         with self._lock:
-            decisions = _decide_images(self.model, asked, self.threshold,
+            decisions = decide_images(self.model, asked, self.threshold,
                                        return_probabilities or pooled, self.decoder)
         answers = [decision.answers[0] for decision in decisions]
         if pooled:
@@ -356,7 +356,7 @@ def decide_request(document: str, question: Any, threshold: float = 0.9,
             **decoder_options(decoder)}
 
 
-def _decide_images(model: Any, asked: Sequence[ImageQuestion], threshold: float,
+def decide_images(model: Any, asked: Sequence[ImageQuestion], threshold: float,
                    return_probabilities: bool, decoder: str) -> list[Any]:
     """Each image's decision (interfaces.md): in one batch when the model has ``decide_many``
     (a loaded DecisionModel: a pooled move then costs 2.3x a move as is instead of 3.5x on one
