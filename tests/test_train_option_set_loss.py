@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 import torch
@@ -19,7 +21,7 @@ from decision.train.option_loss import (
     option_set_log_probs,
     option_set_loss,
 )
-from decision.train.rows import Row, collate
+from decision.train.rows import Batch, Row, collate
 
 MASK, VOCAB, ROWS = 0, 12, 3
 
@@ -144,17 +146,35 @@ def test_config_refuses_a_negative_weight() -> None:
         config_from_dict({"data": {"option_set_loss_weight": -0.5}})
 
 
+SCORED_OPTIONS = ((1, 2, 3), (1, 3, 2), (4, 2, 3), (4, 3, 1))
+
+
+def scored_batch(field: str, values: Sequence[Any]) -> Batch:
+    """Three rows of histories 2 to 4 tokens, each with ``SCORED_OPTIONS`` and answer ``b`` in
+    its slot, and its ``Row.<field>`` set to ``values[b]``."""
+    rows = [Row(history_ids=[5, 6, 7, 8][: 2 + b], history_segments=[0] * (2 + b),
+                block_ids=[9, *SCORED_OPTIONS[b]], block_segments=[1] * 4,
+                slot_of=[-1, 0, 0, 0], roles=[0], kind="standalone", options=SCORED_OPTIONS,
+                options_start=1, **{field: values[b]})
+            for b in range(3)]
+    return collate(rows, pad_token_id=11)
+
+
+def uncached_denoiser(model: Any, batch: Batch) -> Any:
+    """(block ids, batch rows) -> logits through the model's whole forward (no history cache)."""
+    def forward(ids: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
+        return model(batch.history_ids[which], ids, history_mask=batch.history_mask[which],
+                     block_mask=batch.block_mask[which],
+                     history_segments=batch.history_segments[which],
+                     block_segments=batch.block_segments[which])
+    return forward
+
+
 @pytest.mark.parametrize("draws", [1, 3])
 def test_batch_loss_adds_the_weighted_set_loss_of_the_model(draws: int) -> None:
     model = tiny_model(seed=0, random_block=True)
-    options = ((1, 2, 3), (1, 3, 2), (4, 2, 3), (4, 3, 1))
     sets = [(0, 3), (), (1, 2)]  # the middle row carries no set
-    rows = [Row(history_ids=[5, 6, 7, 8][: 2 + b], history_segments=[0] * (2 + b),
-                block_ids=[9, *options[b]], block_segments=[1] * 4, slot_of=[-1, 0, 0, 0],
-                roles=[0], kind="standalone", options=options, options_start=1,
-                option_set=sets[b])
-            for b in range(3)]
-    batch = collate(rows, pad_token_id=11)
+    batch = scored_batch("option_set", sets)
     assert batch.scored_sets == tuple(sets)
 
     def loss(weight: float) -> torch.Tensor:
@@ -163,15 +183,9 @@ def test_batch_loss_adds_the_weighted_set_loss_of_the_model(draws: int) -> None:
                                 "run": {"denoise_draws": draws}})
         return batch_loss(model, batch, cfg, MASK, torch.Generator().manual_seed(4))
 
-    def full_forward(ids: torch.Tensor, which: torch.Tensor) -> torch.Tensor:  # no cache
-        return model(batch.history_ids[which], ids, history_mask=batch.history_mask[which],
-                     block_mask=batch.block_mask[which],
-                     history_segments=batch.history_segments[which],
-                     block_segments=batch.block_segments[which])
-
     with torch.no_grad():
         kept = [0, 2]
-        expected = option_set_loss(full_forward, batch.block_ids,
+        expected = option_set_loss(uncached_denoiser(model, batch), batch.block_ids,
                                    [batch.scored_slots[k] for k in kept],
                                    [sets[k] for k in kept], MASK)
         assert float(expected) > 0

@@ -9,7 +9,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_train_option_set_loss import MASK, problems, row_denoiser
+from test_train_option_set_loss import (
+    MASK,
+    problems,
+    row_denoiser,
+    scored_batch,
+    uncached_denoiser,
+)
 
 from decision.errors import DecisionInputError
 from decision.joint.scoring import SlotOptions, score_options
@@ -21,7 +27,7 @@ from decision.train.option_loss import (
     option_set_log_probs,
     soft_option_loss,
 )
-from decision.train.rows import Row, collate
+from decision.train.rows import Row
 
 
 @settings(max_examples=60, deadline=None)
@@ -113,14 +119,8 @@ def test_config_refuses_a_negative_weight() -> None:
 
 def test_batch_loss_adds_the_weighted_soft_loss_of_the_model() -> None:
     model = tiny_model(seed=0, random_block=True)
-    options = ((1, 2, 3), (1, 3, 2), (4, 2, 3), (4, 3, 1))
     soft = [((0, 0.6), (3, 0.4)), (), ((2, 1.0),)]  # the middle row carries none
-    rows = [Row(history_ids=[5, 6, 7, 8][: 2 + b], history_segments=[0] * (2 + b),
-                block_ids=[9, *options[b]], block_segments=[1] * 4, slot_of=[-1, 0, 0, 0],
-                roles=[0], kind="standalone", options=options, options_start=1,
-                soft_targets=soft[b])
-            for b in range(3)]
-    batch = collate(rows, pad_token_id=11)
+    batch = scored_batch("soft_targets", soft)
     assert batch.scored_soft == tuple(soft)
 
     def loss(weight: float) -> torch.Tensor:
@@ -129,15 +129,9 @@ def test_batch_loss_adds_the_weighted_soft_loss_of_the_model() -> None:
                                 "run": {"denoise_draws": 2}})
         return batch_loss(model, batch, cfg, MASK, torch.Generator().manual_seed(4))
 
-    def full_forward(ids: torch.Tensor, which: torch.Tensor) -> torch.Tensor:  # no cache
-        return model(batch.history_ids[which], ids, history_mask=batch.history_mask[which],
-                     block_mask=batch.block_mask[which],
-                     history_segments=batch.history_segments[which],
-                     block_segments=batch.block_segments[which])
-
     with torch.no_grad():
         kept = [0, 2]
-        expected = soft_option_loss(full_forward, batch.block_ids,
+        expected = soft_option_loss(uncached_denoiser(model, batch), batch.block_ids,
                                     [batch.scored_slots[k] for k in kept],
                                     [soft[k] for k in kept], MASK)
         assert float(expected) > 0
