@@ -305,11 +305,10 @@ def row_source(xq: XiangqiSection, games: list[GameRecord], tokenizer: Tokenizer
         refs = mixed_positions(
             refs, last_ply_positions(taught, len(games), n_teacher, xq.seed + 3), xq.seed + 4)
         games = games + taught
-    source = MoveRowSource(games, refs, tokenizer, xq.mirror_share, xq.seed + 5,
-                           book, xq.book_min_count, n_games, xq.sound_depth,
-                           xq.aux, xq.aux_share, xq.image_share, xq.image_from_ply,
-                           soft_targets)
-    return source
+    return MoveRowSource(games, refs, tokenizer, xq.mirror_share, xq.seed + 5,
+                         book, xq.book_min_count, n_games, xq.sound_depth,
+                         xq.aux, xq.aux_share, xq.image_share, xq.image_from_ply,
+                         soft_targets)
 
 
 def train(config: str | Path, resume: bool = False, max_minutes: float | None = None,
