@@ -79,6 +79,18 @@ MALFORMED = [
     (["g", "@missing.txt", "q1", "Q", "boolean", "", ""], "cannot read document file"),
     (["g", "D", "q1", "Q", "boolean", "", "", "extra"], "8 cells"),
     (["g", "", "q1", "Q", "boolean", "", ""], "must carry the document"),
+    # golds the model could never give: they were kept and every such row scored wrong
+    (["g", "D", "q1", "Q", "pattern", '{"regex": "[0-9]{1,3}"}', "twelve"],
+     "does not fit the pattern answer's schema"),
+    (["g", "D", "q1", "Q", "integer", "{}", "5000000000"],  # the default bounds, +-999,999,999
+     "does not fit the integer answer's schema"),
+    (["g", "D", "q1", "Q", "json", '{"schema": {"type": "integer"}}', '"300"'],
+     "does not fit the json answer's schema"),
+    # JSON and integers Python refuses to read were tracebacks that ended the run
+    (["g", "D", "q1", "Q", "integer", '{"maximum": 1' + "0" * 5000 + "}", ""],
+     "more than 4,300 digits"),
+    (["g", "D", "q1", "Q", "integer", "", "9" * 5000], "does not fit"),
+    (["g", "D", "q1", "Q", "json", "[" * 100_000, ""], "nested too deep"),
 ]
 
 
@@ -266,6 +278,40 @@ def test_recover_keeps_groups_whose_cells_hold_other_line_breaks(tmp_path: Path)
     complete = out.read_bytes()
     assert recover(out, {f"g{i}": 1 for i in range(4)}) == {"g0", "g1", "g2", "g3"}
     assert out.read_bytes() == complete
+
+
+def test_a_lone_carriage_return_in_a_cell_is_quoted(tmp_path: Path) -> None:
+    # csv readers end a row at an unquoted "\r", which the writer left unquoted: the finished
+    # file could not be read back (no summary) nor resumed
+    out = tmp_path / "out.csv"
+    odd = PredictionRow("g1", "a", "joint", "choice", "a\rb", 0.5, "c\rd", False, 1, 1.0)
+    with PredictionWriter(out, append=False) as writer:
+        writer.write_group([odd])
+        writer.write_group([_row("g2", "a")])
+    assert read_predictions(out) == [odd, _row("g2", "a")]
+    complete = out.read_bytes()
+    assert recover(out, {"g1": 1, "g2": 1}, ("joint",)) == {"g1", "g2"}
+    assert out.read_bytes() == complete
+
+
+def test_recover_refuses_a_file_of_fewer_modes_untouched(tmp_path: Path) -> None:
+    # a finished joint run resumed with --mode both had every group cut away and redone
+    out = tmp_path / "out.csv"
+    with PredictionWriter(out, append=False) as writer:
+        for group in ("g1", "g2"):
+            writer.write_group([_row(group, "a"), _row(group, "b")])
+    before = out.read_bytes()
+    both = ("joint", "standalone")
+    with pytest.raises(DecisionInputError, match="holds joint predictions only"):
+        recover(out, {"g1": 4, "g2": 4}, both)
+    assert out.read_bytes() == before
+    # a torn last write (its group's joint rows only) is cut as before
+    with PredictionWriter(out, append=False) as writer:
+        writer.write_group([_row("g1", m_q[1], m_q[0]) for m_q in
+                            [("joint", "a"), ("joint", "b"), ("standalone", "a"),
+                             ("standalone", "b")]])
+        writer.write_group([_row("g2", "a"), _row("g2", "b")])
+    assert recover(out, {"g1": 4, "g2": 4}, both) == {"g1"}
 
 
 def test_recover_refuses_a_file_of_another_mode_untouched(tmp_path: Path) -> None:

@@ -129,6 +129,10 @@ def schema_from_cells(answer_type: str, options_cell: str,
         options = json.loads(options_cell) if options_cell.strip() else {}
     except json.JSONDecodeError as exc:
         raise _cell_error(where, "options", f"options is not JSON ({exc.msg})") from None
+    except (ValueError, RecursionError):  # a number of over 4,300 digits; nesting too deep
+        raise _cell_error(where, "options",
+                          "options is JSON this tool does not read (a number of more than "
+                          "4,300 digits, or arrays or objects nested too deep)") from None
     if answer_type == "choice":
         if not isinstance(options, list) or not options or not all(
                 isinstance(o, str) for o in options):
@@ -177,7 +181,10 @@ def parse_gold(text: str, answer: dict[str, Any], where: str | None = "gold") ->
     if kind == "integer":
         if not _INTEGER.fullmatch(text.strip()):  # int() would also take '1_000' and '١٢'
             raise bad
-        value = int(text.strip())
+        try:
+            value = int(text.strip())
+        except ValueError:  # more than 4,300 digits
+            raise bad from None
         low, high = answer.get("minimum"), answer.get("maximum")
         if (low is not None and value < low) or (high is not None and value > high):
             raise DecisionInputError(f"{prefix}gold {value} is outside [{low}, {high}]", field)
@@ -192,7 +199,7 @@ def parse_gold(text: str, answer: dict[str, Any], where: str | None = "gold") ->
     if kind == "json":
         try:
             return json.loads(text, parse_constant=_refuse_constant)
-        except ValueError:  # a JSONDecodeError, or NaN / Infinity (not JSON)
+        except (ValueError, RecursionError):  # not JSON, NaN / Infinity, nesting too deep
             raise bad from None
     return text
 

@@ -22,6 +22,7 @@ from apps.contracts.csv_format import HEADER, _document, _schema, not_utf8, pars
 from decision.errors import DecisionInputError
 from decision.schemas.models import Question
 from decision.schemas.regex_guard import check_regex
+from decision.scoring.gold import gold_fits
 
 INPUT_COLUMNS: tuple[str, ...] = HEADER
 REQUIRED_COLUMNS: tuple[str, ...] = INPUT_COLUMNS[:-1]  # gold may be absent
@@ -174,4 +175,8 @@ def _add_row(
                                  "question_id")
     gold_text = cells.get("gold") or None
     gold = parse_gold(gold_text, schema, None) if gold_text is not None else None
+    if gold is not None and not gold_fits(question.answer, gold):
+        raise DecisionInputError(
+            f"gold {gold_text!r} does not fit the {question.answer.type} answer's schema "
+            "(the model could never give it)", "gold")
     group.questions.append(ScoredQuestion(line, question, gold_text, gold))

@@ -78,8 +78,12 @@ class PredictionRow:
 
 def _encode_rows(rows: Iterable[list[str]]) -> str:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerows(rows)
+    plain = csv.writer(buffer, lineterminator="\n")
+    # The writer quotes a cell holding "\n" (its line terminator) but not a lone "\r", which
+    # csv readers take for the end of a row: a row with one has every cell quoted.
+    quoted = csv.writer(buffer, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    for row in rows:
+        (quoted if any("\r" in cell for cell in row) else plain).writerow(row)
     return buffer.getvalue()
 
 
@@ -178,6 +182,8 @@ def recover(
                 "out",
             )
     group_at, question_at = OUTPUT_COLUMNS.index("group_id"), OUTPUT_COLUMNS.index("question_id")
+    if modes is not None:
+        _refuse_groups_missing_a_mode(path, rows, expected_rows, tuple(modes))
     for r in rows:
         group_id, question_id = r[group_at], r[question_at]
         if group_id not in expected_rows:
@@ -211,3 +217,30 @@ def recover(
     with path.open("r+b") as handle:
         handle.truncate(keep)
     return done
+
+
+def _refuse_groups_missing_a_mode(
+    path: Path, rows: list[list[str]], expected_rows: Mapping[str, int], modes: tuple[str, ...]
+) -> None:
+    """Refuse a file with a whole group written in fewer modes than this run scores (a joint
+    run resumed with ``--mode both``): counted against this run's rows that group looks
+    incomplete, and everything from it on would be cut away and decided again. (A file of one
+    such group is not refused: that group is all it can lose.)"""
+    group_at, mode_at = OUTPUT_COLUMNS.index("group_id"), OUTPUT_COLUMNS.index("mode")
+    by_group: dict[str, list[str]] = {}
+    for r in rows:
+        by_group.setdefault(r[group_at], []).append(r[mode_at])
+    # the last group may be a torn write (its first mode's rows only): it is no evidence
+    for group_id, group_modes in list(by_group.items())[:-1]:
+        present = set(group_modes)
+        questions = expected_rows.get(group_id, 0) // max(len(modes), 1)
+        if present < set(modes) and len(group_modes) == questions * len(present):
+            missing = ", ".join(m for m in modes if m not in present)
+            raise DecisionInputError(
+                f"{path}: holds {', '.join(sorted(present))} predictions only (group "
+                f"{group_id!r} has no {missing} rows), and this run scores {', '.join(modes)}; "
+                "refusing to resume into it, which would decide those groups again and cut "
+                "their predictions away (resume with the --mode it was written with, or "
+                "choose another --out)",
+                "out",
+            )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from decision.metrics import Record, summarize
+from decision.scoring.gold import gold_key
 from decision.scoring.output import PredictionRow
 from decision.scoring.runner import ScoreResult
 
@@ -27,7 +28,7 @@ def records(rows: list[PredictionRow]) -> list[Record]:
             correct=bool(row.correct),
             qtype=row.answer_type,
             mode=row.mode,
-            gold=row.gold,
+            gold=gold_key(row.answer_type, row.gold),  # TRUE and true: one gold
         )
         for row in rows
         if row.correct is not None
