@@ -295,6 +295,12 @@ def test_starting_position() -> None:
     assert not board.is_check() and board.outcome() is None and board.result() == "*"
 
 
+@pytest.mark.parametrize("symbol", ["\u212a", "KK", "", "x"])
+def test_piece_from_symbol_takes_one_ascii_letter(symbol: str) -> None:
+    with pytest.raises(ValueError, match="not a Xiangqi piece letter"):
+        Piece.from_symbol(symbol)
+
+
 @pytest.mark.parametrize(
     "fen",
     [
@@ -353,6 +359,8 @@ def test_fen_reads_aliases_and_short_forms() -> None:
         ("rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBAKABN\u00b2 w", "empty points"),
         ("rnbakabnr/9/1c5c1/p1p1p1p1p/09/9/P1P1P1P1P/1C5C1/9/RNBAKABNR w", "empty points"),
         ("3k5/9/9/9/9/9/9/9/9/4K4 w - - 0 \u0663", "move number"),
+        # letters other than ASCII ones ("\u212a".lower() is "k": read as the Red general)
+        ("rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBA\u212aABNR w", "letter"),
         # past Python's 4300-digit int() limit: once a bare ValueError, not InvalidFen
         ("3k5/9/9/9/9/9/9/9/9/4K4 w - - 0 " + "1" * 5000, "at most 9 digits"),
         ("3k5/9/9/9/9/9/9/9/9/4K4 w - - " + "9" * 4301 + " 1", "halfmove clock"),

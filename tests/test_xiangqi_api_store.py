@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
 from pathlib import Path
@@ -70,6 +71,35 @@ def test_newer_schema_is_not_read(tmp_path: Path) -> None:
         GameStore(path)
     with pytest.raises(GameStoreUnusable, match="schema version 99"):
         check_store_path(path)
+
+
+@pytest.mark.parametrize(("tables", "reason"), [
+    (["CREATE TABLE games (id INTEGER, name TEXT)"], "games table has other columns (id, name)"),
+    (["CREATE TABLE users (id INTEGER)"], "another database (tables users)"),
+])
+def test_another_programs_database_is_refused_unmarked(
+    tmp_path: Path, tables: list[str], reason: str
+) -> None:
+    # it was accepted at start-up and marked as a game store; every game request then failed
+    path = tmp_path / "other.sqlite3"
+    with sqlite3.connect(path) as conn:
+        for statement in tables:
+            conn.execute(statement)
+    for check in (GameStore, check_store_path):
+        with pytest.raises(GameStoreUnusable, match=re.escape(reason)):
+            check(path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal"
+
+
+def test_a_store_written_before_the_version_mark_is_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "g.sqlite3"
+    store = GameStore(path)
+    game = store.create(START, "none")
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version=0")
+    assert GameStore(path).get(game.id).start_fen == START
 
 
 def _unusable_paths(tmp_path: Path) -> list[tuple[Path, str]]:

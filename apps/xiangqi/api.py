@@ -5,7 +5,8 @@ service includes it and serves ``static_dir`` (the web board) at ``static_url`` 
 :class:`GameService` does the work without HTTP: every change runs under the game's lock and is
 saved with a version compare-and-swap (see :mod:`apps.xiangqi.store`), so concurrent requests on
 one game never corrupt it. A change of a game whose lock another request holds is refused (409
-``game_busy``) rather than waiting, so no route thread ever waits for a lock.
+``game_busy``) rather than waiting, so no route thread waits for a game's lock (model moves
+share the one model and wait for each other: it answers one position at a time).
 
 Errors are JSON ``{"error": {"type", "message", "field", "legal_moves"?}}``: 404 unknown game,
 409 a move out of turn / on a finished game / on a stale version / on a busy game, 422 bad input

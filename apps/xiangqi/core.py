@@ -99,7 +99,8 @@ class Piece:
     @classmethod
     def from_symbol(cls, symbol: str) -> Piece:
         """The piece of a FEN letter (``R`` = Red chariot, ``n``/``h`` = Black horse)."""
-        piece_type = SYMBOL_TYPES.get(symbol.lower())
+        # ASCII only: str.lower() takes the Kelvin sign U+212A to "k"
+        piece_type = SYMBOL_TYPES.get(symbol.lower()) if symbol.isascii() else None
         if piece_type is None or len(symbol) != 1:
             raise ValueError(f"{symbol!r} is not a Xiangqi piece letter")
         return cls(piece_type, symbol.isupper())

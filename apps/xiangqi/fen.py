@@ -100,7 +100,8 @@ def _parse_placement(placement: str) -> list[int]:
                     f"rank {rank} ({row!r}): {ch!r} is not a run of 1 to 9 empty points"
                 )
             else:
-                piece_type = SYMBOL_TYPES.get(ch.lower())
+                # ASCII only: str.lower() takes the Kelvin sign U+212A to "k"
+                piece_type = SYMBOL_TYPES.get(ch.lower()) if ch.isascii() else None
                 if piece_type is None:
                     raise InvalidFen(
                         f"unknown piece letter {ch!r} on rank {rank} "

@@ -153,6 +153,26 @@ def _existing_folder(path: Path) -> Path:
     return folder
 
 
+_COLUMNS = ("id", "start_fen", "model_side", "moves", "version", "created_at", "updated_at")
+
+
+def _refuse_another_database(path: Path, conn: sqlite3.Connection) -> None:
+    """Raise :class:`GameStoreUnusable` for a SQLite file not yet marked as a game store that
+    holds other tables, or a ``games`` table of other columns: another program's database, which
+    would be marked as ours and fail at every request (``CREATE TABLE IF NOT EXISTS`` keeps a
+    foreign ``games`` table as it is)."""
+    tables = [row[0] for row in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+    others = sorted(set(tables) - {"games"})
+    if others:
+        raise GameStoreUnusable(path, f"it is another database (tables {', '.join(others)})")
+    if "games" in tables:
+        columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(games)"))
+        if columns != _COLUMNS:
+            raise GameStoreUnusable(
+                path, f"its games table has other columns ({', '.join(columns)})")
+
+
 def default_db_path() -> Path:
     """Where games live unless configured: ``$DECISION_XIANGQI_DB``, else ``xiangqi.sqlite3``
     in ``$DECISION_DATA_DIR``, else in ``$XDG_DATA_HOME/decision`` (``~/.local/share/decision``).
@@ -183,15 +203,17 @@ class GameStore:
             _existing_folder(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._connect() as conn:
-                # WAL lets readers run while a writer commits; it is a property of the file.
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(_SCHEMA)
                 found = conn.execute("PRAGMA user_version").fetchone()[0]
                 if found not in (0, SCHEMA_VERSION):
                     raise GameStoreUnusable(
                         self.path, f"it has game schema version {found}; this code reads "
                         f"version {SCHEMA_VERSION}",
                     )
+                if found == 0:
+                    _refuse_another_database(self.path, conn)
+                # WAL lets readers run while a writer commits; it is a property of the file.
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(_SCHEMA)
                 # Written even when already set: SQLite opens a file it may not write read-only
                 # without a word, and the first move would fail.
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
