@@ -190,6 +190,15 @@ def test_abandoned_requests_stop_decoding(model) -> None:
     alone = decide(model, **live)
     assert _values(batched[1]) == _values(alone) and batched[1].steps == alone.steps
 
+    # scored answers: an abandoned request's slots leave the scoring rounds at once
+    scored_live = {**live, "score_options": True}
+    scored_slow = {**scored_live, "threshold": 1.0}
+    batched = decide_many(model, [scored_slow, scored_live], abandoned=lambda i: i == 0)
+    assert batched[0].steps == 0  # never forwarded (it was, every round, until fixed)
+    assert [a.text for a in batched[0].answers] == ["tenant", "yes"]  # the first options
+    alone = decide(model, **scored_live)
+    assert _values(batched[1]) == _values(alone) and batched[1].steps == alone.steps
+
     forwards = 0
     original = model.denoise
 

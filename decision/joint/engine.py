@@ -496,7 +496,17 @@ def _run(
     remaining = dict(scored)
     thresholds = [requests[row.request].threshold for row in rows]
     while remaining:  # rounds: score the slots left given the block, fix the surest of each row
-        gone()
+        given_up = gone()
+        for k in [k for k, slot in remaining.items() if bool(given_up[slot.row])]:
+            # nobody reads an abandoned request's answer: fixed at once to its first option
+            # (uniform probabilities), so it costs the rest of the batch no more forwards
+            slot = remaining.pop(k)
+            probabilities[k] = torch.full((len(slot.sequences),), 1.0 / len(slot.sequences))
+            state.ids[slot.row, slot.start : slot.start + slot.length] = torch.tensor(
+                slot.sequences[0])
+            decoded[slot.row] += slot.length
+        if not remaining:
+            break
         t0 = time.perf_counter()
         result, forwards_s = _score(model, cache, state.ids, block_mask_d, seg_d,
                                     list(remaining.values()), config)
