@@ -1,6 +1,12 @@
 """Joint and standalone decoding: layout, constrained dynamic programmes, samplers, engine."""
 
-from decision.joint.engine import EngineConfig, check_request, decide, decide_many
+from decision.joint.engine import (
+    CheckedRequest,
+    EngineConfig,
+    check_request,
+    decide,
+    decide_many,
+)
 from decision.joint.layout import Layout, SlotSpan, build_layout
 from decision.joint.result import Answer, Decision, DecisionRequest
 from decision.joint.sampler import (
@@ -14,6 +20,7 @@ from decision.joint.sampler import (
 __all__ = [
     "Answer",
     "BlockState",
+    "CheckedRequest",
     "ConstrainedThresholdSampler",
     "Decision",
     "DecisionRequest",

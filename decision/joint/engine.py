@@ -85,6 +85,20 @@ class _Request:
     passes: list[tuple[str, list[int]]]  # (kind, question indices)
 
 
+@dataclass(frozen=True, eq=False)
+class CheckedRequest:
+    """A request ``check_request`` passed, with its compiled automata and planned passes, so
+    ``decide_many`` decodes it without compiling again: the compile cache is bounded, and by
+    the time a queued request is decoded its schemas may have been evicted (recompiling them
+    would stall the batch, and a compile starved of CPU would fail it). Valid for the model and
+    config it was checked with; given another, ``decide_many`` checks the request anew."""
+
+    request: DecisionRequest | dict[str, Any]
+    model: Any
+    config: EngineConfig
+    parsed: _Request
+
+
 @dataclass
 class _Row:
     """One pass of one request: a row of the batch."""
@@ -128,7 +142,7 @@ def decide(
 
 def decide_many(
     model: Any,
-    requests: Sequence[DecisionRequest | dict[str, Any]],
+    requests: Sequence[DecisionRequest | dict[str, Any] | CheckedRequest],
     *,
     sampler: Sampler | None = None,
     config: EngineConfig | None = None,
@@ -156,7 +170,9 @@ def decide_many(
         return []
     prefix = len(requests) > 1
     parsed = [
-        _validate(r, ctx, config, f"requests.{i}." if prefix else "", _max_positions(model))
+        r.parsed if isinstance(r, CheckedRequest) and r.model is model and r.config == config
+        else _validate(r.request if isinstance(r, CheckedRequest) else r, ctx, config,
+                       f"requests.{i}." if prefix else "", _max_positions(model))
         for i, r in enumerate(requests)
     ]
     with torch.inference_mode():
@@ -168,12 +184,15 @@ def decide_many(
 
 def check_request(
     model: Any, request: DecisionRequest | dict[str, Any], config: EngineConfig | None = None
-) -> None:
-    """Run every check ``decide_many`` makes before decoding (schemas compiled and cached,
-    pass lengths against the model), raising ``DecisionInputError``; decodes nothing."""
+) -> CheckedRequest:
+    """Run every check ``decide_many`` makes before decoding (schemas compiled, pass lengths
+    against the model), raising ``DecisionInputError``; decodes nothing. The result, given to
+    ``decide_many`` with the same model and config, is decoded without compiling again."""
     config = config or EngineConfig()
     ctx = tokenizer_context(model.tokenizer)
-    _rows(model, ctx, [_validate(request, ctx, config, "", _max_positions(model))])
+    parsed = _validate(request, ctx, config, "", _max_positions(model))
+    _rows(model, ctx, [parsed])
+    return CheckedRequest(request, model, config, parsed)
 
 
 def _max_positions(model: Any) -> int:
