@@ -6,10 +6,12 @@ from __future__ import annotations
 import copy
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -402,6 +404,26 @@ class _SlowEngine:
         return self.inner.info()
 
 
+def test_a_prepared_request_is_decoded_without_compiling_again(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prepared before it is queued, a request carries its automata: the worker does not
+    compile again (the bounded compile cache may have evicted its schemas by then)."""
+    from decision.joint import engine as joint_engine
+    from decision.serve.api import DecideBody
+
+    engine = ModelEngine.load(str(checkpoint))
+    body = DecideBody.model_validate(_body("Rent is due on day 1.", "joint"))
+    prepared = engine.prepare(body)
+
+    def no_compile(*args: Any) -> Any:
+        raise AssertionError("compiled again in the worker")
+
+    monkeypatch.setattr(joint_engine, "compile_question", no_compile)
+    decision = engine.decide_many([prepared])[0]
+    assert [a.id for a in decision.answers] == [q["id"] for q in _body("x", "joint")["questions"]]
+
+
 def test_full_queue_429_and_timeout_504(checkpoint: Path) -> None:
     settings = ServeSettings(max_batch_size=1, max_wait_ms=0, queue_size=1,
                              request_timeout_s=0.5, include_apps=False)
@@ -539,7 +561,22 @@ def test_a_client_that_disconnects_stops_its_decoding(checkpoint: Path) -> None:
         quick = httpx.post(f"{url}/decide", json=_body("A quick one.", max_steps=1), timeout=60)
         assert quick.status_code == 200
         assert time.monotonic() - start < 10
+        # counted as a client that went away, not as the 504 nobody received
+        text = _metrics_when(url, 'decision_requests_total{outcome="disconnected"}')
+        assert _metric(text, "decision_requests_total", 'outcome="disconnected"') == 1
+        assert 'decision_requests_total{outcome="timeout"}' not in text
     assert engine.stopped_after is not None and engine.stopped_after < 10
+
+
+def _metrics_when(url: str, needle: str, within_s: float = 5.0) -> str:
+    """``/metrics`` once it holds ``needle`` (a request's outcome is counted when its handler
+    ends, a moment after its client stopped waiting), or as it is after ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        text = httpx.get(f"{url}/metrics").text
+        if needle in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.05)
 
 
 def test_shutdown_answers_every_waiting_request(checkpoint: Path) -> None:
@@ -547,8 +584,6 @@ def test_shutdown_answers_every_waiting_request(checkpoint: Path) -> None:
     # each got a bare "Internal Server Error" 500 (and a traceback in the log). Now the queued
     # ones are answered 503 as soon as shutdown begins, and the one being decided is answered
     # (200 if it finishes in time, else a JSON 503).
-    import threading
-
     import uvicorn
 
     from decision.serve.app import ServiceServer
@@ -609,3 +644,117 @@ def test_a_schema_the_busy_machine_could_not_compile_is_503_then_compiles(
         again = httpx.post(f"{url}/decide", json=body, timeout=60)
         assert again.status_code == 200, again.text
         assert re.fullmatch("Z[0-9]{2}-[d-f]{3}", again.json()["answers"][0]["value"])
+
+
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("GET", "/decide", "POST"),
+    ("PUT", "/decide", "POST"),
+    ("POST", "/health", "GET"),
+    ("DELETE", "/metrics", "GET"),
+])
+def test_a_wrong_method_is_405_naming_the_allowed_ones(
+    server: str, method: str, path: str, allowed: str
+) -> None:
+    # the Allow header (RFC 9110 requires it on a 405) was dropped by the JSON error handler
+    response = httpx.request(method, f"{server}{path}")
+    assert response.status_code == 405
+    assert response.headers["allow"] == allowed
+    error = response.json()["error"]
+    assert error["type"] == "method_not_allowed"
+    assert method in error["message"] and path in error["message"]
+    assert error["message"].endswith(f"allowed: {allowed}")
+
+
+class _FakeEngine:
+    """No model: ``prepare`` sleeps ``prepare_s`` (a slow schema compile) and counts its calls;
+    ``decide_many`` answers every question ``True`` at once and records its batches."""
+
+    name = "fake"
+
+    def __init__(self, prepare_s: float) -> None:
+        self.prepare_s = prepare_s
+        self.prepared = 0
+        self.batches: list[int] = []
+        self._lock = threading.Lock()
+
+    def prepare(self, body: Any) -> Any:
+        with self._lock:
+            self.prepared += 1
+        time.sleep(self.prepare_s)
+        return body
+
+    def decide_many(self, prepared: Sequence[Any]) -> list[Any]:
+        self.batches.append(len(prepared))
+        return [_fake_decision(body) for body in prepared]
+
+    def info(self) -> Any:
+        raise NotImplementedError
+
+
+def _fake_decision(body: Any) -> SimpleNamespace:
+    answers = [SimpleNamespace(id=q.id, value=True, text="yes", confidence=1.0,
+                               option_probabilities=None) for q in body.questions]
+    return SimpleNamespace(answers=answers, mode="joint", steps=1, tokens_per_forward=1.0,
+                           timings={})
+
+
+def test_timeout_covers_validation_and_nothing_late_is_compiled_or_queued() -> None:
+    # --timeout was not enforced while a request was validated: 12 requests whose schemas took
+    # 1.5 s each to compile, on the 4 validation threads, were all compiled (the last ones from
+    # 3 s on) and answered 504 up to 5 s in, for a timeout of 2 s.
+    from decision.serve.service import PREPARE_THREADS
+
+    engine = _FakeEngine(prepare_s=2.5)
+    settings = ServeSettings(request_timeout_s=1.0, include_apps=False)
+    clients = PREPARE_THREADS + 2
+    with running_server(create_app(settings, engine=engine)) as url:
+
+        def client(_: int) -> tuple[int, float, dict[str, Any]]:
+            start = time.monotonic()
+            r = httpx.post(f"{url}/decide", json=_body(), timeout=30)
+            return r.status_code, time.monotonic() - start, r.json()
+
+        start = time.monotonic()
+        with ThreadPoolExecutor(max_workers=clients) as pool:
+            results = list(pool.map(client, range(clients)))
+        # the validations in progress end and free their threads: the late ones must not start
+        time.sleep(max(0.0, start + engine.prepare_s + 0.5 - time.monotonic()))
+    for status, seconds, data in results:
+        assert status == 504, data
+        assert data["error"]["type"] == "timeout"
+        assert seconds < 2.0, results  # at the deadline, not once validation is over
+    assert engine.prepared == PREPARE_THREADS  # those that waited for a thread never started
+    assert engine.batches == []  # and nothing past its deadline was queued
+
+
+def test_shutdown_during_validation_is_a_json_503() -> None:
+    # A request still being validated when the graceful-shutdown time ran out was cancelled
+    # into uvicorn's bare "Internal Server Error" 500.
+    import uvicorn
+
+    from decision.serve.app import ServiceServer
+    from decision.serve.testing import free_port
+
+    app = create_app(ServeSettings(include_apps=False), engine=_FakeEngine(prepare_s=4.0))
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical",
+                            lifespan="on", timeout_graceful_shutdown=1)
+    server = ServiceServer(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(httpx.post, f"http://127.0.0.1:{port}/decide", json=_body(),
+                              timeout=30)
+        time.sleep(0.5)
+        server.should_exit = True
+        response = pending.result()
+    thread.join(30)
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["type"] == "unavailable" and "shut down" in error["message"]
+    assert response.headers["retry-after"] == "1"
+    metrics = app.state.service.metrics
+    assert metrics.requests.value(outcome="unavailable") == 1

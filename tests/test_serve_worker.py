@@ -226,3 +226,79 @@ def test_a_request_whose_caller_gave_up_stops_holding_the_worker() -> None:
     finally:
         worker.stop(timeout=2)
     assert engine.taken[0] < 100 and engine.taken[-1] < 100
+
+
+def test_requests_whose_caller_gave_up_keep_no_queue_slot() -> None:
+    # A request whose caller timed out or disconnected used to keep its slot until the worker
+    # reached it: with the worker busy on a long batch, new clients got 429 (and /health a
+    # queue depth) while nobody waited.
+    engine = RecordingEngine()
+    worker = BatchWorker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=2)
+    worker.start()
+    try:
+        engine.gate.clear()
+        worker.submit(0, timeout_s=10)
+        assert engine.entered.wait(5)
+        disconnected = worker.enqueue(1, timeout_s=10)
+        expired = worker.enqueue(2, timeout_s=0.01)
+        assert worker.depth == 2
+        disconnected.abandon()
+        time.sleep(0.05)  # request 2 outlives its deadline
+        assert worker.depth == 0
+        fresh = [worker.submit(i, timeout_s=10) for i in (3, 4)]  # room made for both
+        assert worker.depth == 2
+        with pytest.raises(QueueFullError):
+            worker.submit(5, timeout_s=10)  # the live ones still count
+        for gone in (disconnected, expired):  # dropped and answered, never decided
+            with pytest.raises(RequestExpiredError):
+                gone.future.result(5)
+        engine.gate.set()
+        assert [f.result(5) for f in fresh] == [6, 8]
+    finally:
+        worker.stop()
+    decided = [r for b in engine.batches for r in b]
+    assert 1 not in decided and 2 not in decided
+
+
+def test_a_cancelled_future_keeps_no_queue_slot() -> None:
+    engine = RecordingEngine()
+    worker = BatchWorker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=1)
+    worker.start()
+    try:
+        engine.gate.clear()
+        worker.submit(0, timeout_s=10)
+        assert engine.entered.wait(5)
+        assert worker.submit(1, timeout_s=10).cancel()
+        assert worker.depth == 0
+        live = worker.submit(2, timeout_s=10)
+        engine.gate.set()
+        assert live.result(5) == 4
+    finally:
+        worker.stop()
+
+
+def test_every_decide_many_call_is_in_the_batch_metrics() -> None:
+    # A batch that raised (and was retried one by one) was left out of decision_batch_size and
+    # decision_batch_seconds: only the calls that returned were observed.
+    engine = RecordingEngine()
+    metrics = _metrics()
+    worker = BatchWorker(engine, max_batch_size=8, max_wait_s=0.05, queue_size=64,
+                         metrics=metrics)
+    worker.start()
+    try:
+        engine.gate.clear()
+        blocker = worker.submit(100, timeout_s=10)
+        assert engine.entered.wait(5)
+        futures = [worker.submit(i, timeout_s=10) for i in (1, -1, 2)]
+        engine.gate.set()
+        assert blocker.result(5) == 200
+        for future in futures:
+            future.exception(5)
+    finally:
+        worker.stop()
+    assert [1, -1, 2] in engine.batches and [-1] in engine.batches
+    calls = len(engine.batches)  # [100], [1, -1, 2], [1], [-1], [2]
+    assert metrics.batch_size.count() == calls
+    assert metrics.batch_seconds.count() == calls
+    size_sum = sum(len(b) for b in engine.batches)  # 1 + 3 + 1 + 1 + 1
+    assert f"decision_batch_size_sum {size_sum}\n" in metrics.render()

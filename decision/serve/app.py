@@ -66,7 +66,12 @@ def default_engine_factory(settings: ServeSettings) -> ServiceEngine:
 
 
 class _OutcomeMiddleware:
-    """Counts every ``POST /decide`` by outcome and times it, whatever layer answered it."""
+    """Counts every ``POST /decide`` by outcome and times it, whatever layer answered it.
+
+    A client that disconnected before its answer counts as ``disconnected``, not by the status
+    nobody received (the 504 of its abandoned decision): the service's disconnect watch reads
+    ``http.disconnect`` through this middleware's ``receive``.
+    """
 
     OUTCOMES = {200: "ok", 400: "invalid", 413: "invalid", 422: "invalid", 429: "overloaded",
                 503: "unavailable", 504: "timeout"}
@@ -80,7 +85,15 @@ class _OutcomeMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.monotonic()
-        status = 500
+        status: int | None = None  # None until the response starts
+        disconnected = False
+
+        async def watch_receive() -> Message:
+            nonlocal disconnected
+            message = await receive()
+            if message["type"] == "http.disconnect" and status is None:
+                disconnected = True
+            return message
 
         async def watch(message: Message) -> None:
             nonlocal status
@@ -89,12 +102,19 @@ class _OutcomeMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, watch)
+            await self.app(scope, watch_receive, watch)
         finally:
-            outcome = self.OUTCOMES.get(status, "error" if status >= 500 else "invalid")
+            outcome = self._outcome(500 if status is None else status, disconnected)
             metrics = self.service.metrics
             metrics.requests.inc(outcome=outcome)
             metrics.latency.observe(time.monotonic() - start, outcome=outcome)
+
+    @classmethod
+    def _outcome(cls, status: int, disconnected: bool) -> str:
+        """The ``outcome`` label of a request answered ``status``."""
+        if disconnected:
+            return "disconnected"
+        return cls.OUTCOMES.get(status, "error" if status >= 500 else "invalid")
 
 
 class ServiceServer(uvicorn.Server):

@@ -23,9 +23,11 @@ ANSWER_TYPES = ["choice", "boolean", "integer", "number", "pattern", "json"]
 
 @dataclass(frozen=True)
 class Prepared:
-    """A validated request, ready for the worker."""
+    """A validated request, ready for the worker: ``checked`` holds its compiled automata
+    (``decision.joint.CheckedRequest``), so the worker decodes it without compiling again."""
 
     request: Any  # decision.joint.result.DecisionRequest
+    checked: Any  # decision.joint.CheckedRequest
 
 
 class ModelEngine:
@@ -82,10 +84,9 @@ class ModelEngine:
             score_options=body.options.score_options,
         )
         # The decoder's checks: mode, options, question count (8 at most in joint mode), each
-        # schema compiled to its automaton (cached for the decode), then the layout of every
+        # schema compiled to its automaton (held for the decode), then the layout of every
         # pass against the model's positions (a document too long, with both numbers).
-        check_request(self.model, request, self._config)
-        return Prepared(request)
+        return Prepared(request, check_request(self.model, request, self._config))
 
     def decide_many(
         self, prepared: Sequence[Prepared], abandoned: Callable[[int], bool] | None = None
@@ -95,7 +96,7 @@ class ModelEngine:
         ``DecodeAbandonedError`` once all are (``decision.joint.decide_many``)."""
         with self._lock:
             return self.model.decide_many(
-                [p.request for p in prepared], config=self._config, abandoned=abandoned
+                [p.checked for p in prepared], config=self._config, abandoned=abandoned
             )
 
     def info(self) -> ModelInfo:

@@ -1,6 +1,7 @@
 """Error responses: every failure leaves as ``{"error": {"type", "message", "field"}}``.
 
-Status codes: 400 malformed JSON or no body, 404/405 unknown route or method, 413 body over the
+Status codes: 400 malformed JSON or no body, 404/405 unknown route or method (a 405 names the
+allowed methods in its message and ``Allow`` header), 413 body over the
 limit, 415 a body not sent as JSON (content-type), 422 invalid request (the field is named),
 429 queue full, 503 model not loaded, shutting down, or too busy to compile a schema, 504 request
 outlived its timeout, 500 only for a fault of the service itself.
@@ -119,6 +120,31 @@ def _unparsable_body(cause: BaseException | None) -> str:
     return "request body is not readable JSON"
 
 
+def _allowed_methods(exc: StarletteHTTPException) -> list[str]:
+    """The methods a 405's ``Allow`` header names, sorted (Starlette joins a set)."""
+    allow = (exc.headers or {}).get("Allow", "")
+    return sorted({m.strip() for m in allow.split(",") if m.strip()})
+
+
+def _http_error_response(exc: StarletteHTTPException, request: Request) -> JSONResponse:
+    """An ``HTTPException`` in the JSON shape, with its headers (a 405's ``Allow``) kept."""
+    headers = dict(exc.headers or {})
+    if exc.status_code == 400:  # FastAPI's body reader: not UTF-8, too deeply nested, ...
+        return error_response(400, "malformed_json", _unparsable_body(exc.__cause__),
+                              headers=headers or None)
+    message = str(exc.detail)
+    if exc.status_code == 405:
+        allowed = _allowed_methods(exc)
+        message = f"method {request.method} is not allowed on {request.url.path}"
+        if allowed:
+            headers["Allow"] = ", ".join(allowed)
+            message += f"; allowed: {', '.join(allowed)}"
+    kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+    return error_response(
+        exc.status_code, kinds.get(exc.status_code, "http_error"), message, headers=headers or None
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map every exception a request can raise to the JSON error shape."""
 
@@ -140,13 +166,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status, exc.kind, exc.message, exc.field, headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 400:  # FastAPI's body reader: not UTF-8, too deeply nested, ...
-            return error_response(400, "malformed_json", _unparsable_body(exc.__cause__))
-        kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
-        return error_response(
-            exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail)
-        )
+    async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _http_error_response(exc, request)
 
     @app.exception_handler(Exception)
     async def _on_crash(_: Request, exc: Exception) -> JSONResponse:

@@ -7,11 +7,12 @@ Demo apps reach it from their own routes with a ``ServiceDep`` parameter and cal
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import time
 from collections.abc import Sequence
 from typing import Annotated, Any, Protocol
 
-import anyio
 from fastapi import Depends, Request
 
 from decision.serve.api import AnswerOut, DecideBody, DecideResponse, ModelInfo, check_unique_ids
@@ -72,10 +73,14 @@ def to_response(decision: Any, model_name: str, extra_ms: dict[str, float]) -> D
     )
 
 
-# Threads that validate and compile requests at once. Their own limiter, not anyio's default
-# one: sync routes hold tokens of that one while they wait on ``decide`` (a Xiangqi model move,
-# ``ServiceModel``), so sharing it would deadlock once every token is held by such a route.
+# Threads that validate and compile requests at once. Their own pool, not anyio's default
+# limiter: sync routes hold tokens of that one while they wait on ``decide`` (a Xiangqi model move,
+# ``ServiceModel``), so sharing it would deadlock once every token is held by such a route. A
+# pool rather than a limiter also keeps the bound when a request stops waiting on its thread
+# (timeout, shutdown): the thread stays busy, and counted, until its compile is over.
 PREPARE_THREADS = 4
+
+_SHUTDOWN_MESSAGE = "the service shut down before the request was decided"
 
 
 class DecisionService:
@@ -85,7 +90,7 @@ class DecisionService:
         self.settings = settings
         self.engine: ServiceEngine | None = None
         self.worker: BatchWorker | None = None
-        self._prepare_limiter: anyio.CapacityLimiter | None = None  # made on the event loop
+        self._prepare_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.shutting_down = False
         self.metrics = ServiceMetrics(
             queue_depth=lambda: float(self.worker.depth) if self.worker else 0.0,
@@ -100,6 +105,9 @@ class DecisionService:
         """Attach a loaded engine and start the worker that owns it."""
         s = self.settings
         self.engine = engine
+        self._prepare_pool = concurrent.futures.ThreadPoolExecutor(
+            PREPARE_THREADS, thread_name_prefix="decision-prepare"
+        )
         self.worker = BatchWorker(
             engine,
             max_batch_size=s.max_batch_size,
@@ -118,59 +126,46 @@ class DecisionService:
             self.worker.close()
 
     def stop(self) -> None:
+        """Stop the worker and drop the validations not started (a request still waiting on one
+        is answered 503)."""
+        self.shutting_down = True
         if self.worker is not None:
             self.worker.stop()
+        if self._prepare_pool is not None:
+            self._prepare_pool.shutdown(wait=False, cancel_futures=True)
 
     async def decide(self, body: DecideBody, request: Request | None = None) -> DecideResponse:
         """Answer one request through the worker; raise ``ServiceError`` or
         ``DecisionInputError`` (mapped to JSON errors by the app's handlers). With the HTTP
         ``request``, a client that disconnects abandons its decision: it is not decoded on."""
+        try:
+            return await self._decide(body, request)
+        except asyncio.CancelledError:
+            if not self.shutting_down:
+                raise
+            # the server's graceful-shutdown time ran out and it cancelled the request, in
+            # validation or in the queue or batch: answer it (a JSON 503, not a bare 500)
+            raise ServiceError(503, "unavailable", _SHUTDOWN_MESSAGE) from None
+
+    async def _decide(self, body: DecideBody, request: Request | None) -> DecideResponse:
+        """``decide`` itself: validate, enqueue and wait, all within ``--timeout``."""
         if not self.ready or self.engine is None or self.worker is None:
             raise ServiceError(503, "unavailable", "the model is not loaded")
         engine, worker = self.engine, self.worker
         arrived = time.monotonic()
-        timeout = self.settings.request_timeout_s
+        deadline = arrived + self.settings.request_timeout_s
         check_unique_ids(body)
-        # Validation and schema compilation can take milliseconds (regex -> automaton): done in a
-        # thread, so the event loop keeps serving, and before enqueueing, so bad input never
-        # reaches (or stalls) the worker.
-        if self._prepare_limiter is None:
-            self._prepare_limiter = anyio.CapacityLimiter(PREPARE_THREADS)
-        prepared = await anyio.to_thread.run_sync(engine.prepare, body,
-                                                  limiter=self._prepare_limiter)
+        prepared = await self._prepare(engine, body, deadline)
         prepared_at = time.monotonic()
+        if prepared_at >= deadline:  # never queue a request nobody will wait for
+            raise self._timed_out()
         try:
-            item = worker.enqueue(prepared, timeout - (prepared_at - arrived))
+            item = worker.enqueue(prepared, deadline - prepared_at)
         except QueueFullError as exc:
             raise ServiceError(429, "overloaded", str(exc)) from None
         except WorkerStoppedError as exc:
             raise ServiceError(503, "unavailable", str(exc)) from None
-        remaining = max(0.0, timeout - (time.monotonic() - arrived))
-        watch = (
-            asyncio.ensure_future(_abandon_on_disconnect(request, item))
-            if request is not None else None
-        )
-        try:
-            decision = await asyncio.wait_for(asyncio.wrap_future(item.future), remaining)
-        except (TimeoutError, RequestExpiredError):
-            raise ServiceError(
-                504, "timeout", f"the request did not finish within {timeout:g} s"
-            ) from None
-        except WorkerStoppedError as exc:
-            raise ServiceError(503, "unavailable", str(exc)) from None
-        except asyncio.CancelledError:
-            if not self.shutting_down:
-                raise
-            # the server's graceful-shutdown time ran out and it cancelled the request: answer
-            # it (a JSON 503, not a bare 500), and the finally below stops its decoding
-            raise ServiceError(
-                503, "unavailable", "the service shut down before the request was decided"
-            ) from None
-        finally:
-            if watch is not None:
-                watch.cancel()
-            if not item.future.done():
-                item.abandon()  # nobody waits for it now: the worker stops decoding it
+        decision = await self._wait(item, request, deadline)
         done = time.monotonic()
         started = item.started_at if item.started_at is not None else item.enqueued_at
         extra = {
@@ -179,6 +174,52 @@ class DecisionService:
             "total_ms": (done - arrived) * 1000.0,
         }
         return to_response(decision, engine.name, extra)
+
+    async def _prepare(self, engine: ServiceEngine, body: DecideBody, deadline: float) -> Any:
+        """``engine.prepare`` on one of the ``PREPARE_THREADS`` threads, within the time left.
+
+        Validation and schema compilation can take milliseconds or seconds (regex -> automaton):
+        done in a thread, so the event loop keeps serving, and before enqueueing, so bad input
+        never reaches (or stalls) the worker. Past the deadline the request is answered 504 and
+        its validation dropped: never started if it still waited for a thread, else left to
+        finish on its thread with its result thrown away.
+        """
+        pool = self._prepare_pool
+        if pool is None:
+            raise ServiceError(503, "unavailable", "the model is not loaded")
+        try:
+            future = pool.submit(contextvars.copy_context().run, engine.prepare, body)
+        except RuntimeError:  # the pool was shut down: the service is stopping
+            raise ServiceError(503, "unavailable", _SHUTDOWN_MESSAGE) from None
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), deadline - time.monotonic())
+        except TimeoutError:
+            raise self._timed_out() from None
+
+    async def _wait(self, item: WorkItem, request: Request | None, deadline: float) -> Any:
+        """Wait for the worker's answer to ``item`` until the deadline; a request whose caller
+        stops waiting (timeout, disconnect, cancel) is abandoned, so it is not decoded on."""
+        watch = (
+            asyncio.ensure_future(_abandon_on_disconnect(request, item))
+            if request is not None else None
+        )
+        try:
+            remaining = max(0.0, deadline - time.monotonic())
+            return await asyncio.wait_for(asyncio.wrap_future(item.future), remaining)
+        except (TimeoutError, RequestExpiredError):
+            raise self._timed_out() from None
+        except WorkerStoppedError as exc:
+            raise ServiceError(503, "unavailable", str(exc)) from None
+        finally:
+            if watch is not None:
+                watch.cancel()
+            if not item.future.done():
+                item.abandon()  # nobody waits for it now: the worker stops decoding it
+
+    def _timed_out(self) -> ServiceError:
+        """The documented 504 of a request that outlived ``--timeout``."""
+        timeout = self.settings.request_timeout_s
+        return ServiceError(504, "timeout", f"the request did not finish within {timeout:g} s")
 
 
 async def _abandon_on_disconnect(request: Request, item: WorkItem) -> None:

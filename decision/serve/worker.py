@@ -2,7 +2,8 @@
 
 Why one thread: the model (and its compiled-schema caches) is not shared between threads, and a
 batch of requests decided in one forward is cheaper than the same requests one by one. Requests
-that arrive while the worker is busy wait in the queue; the worker takes the first waiting request,
+that arrive while the worker is busy wait in the queue (bounded by the requests someone still waits
+for: one whose caller gave up keeps no slot); the worker takes the first waiting request,
 then keeps collecting for at most ``max_wait_s`` (or until ``max_batch_size``), and decides them
 together. A failure inside a batch fails only the request at fault: the batch is retried request
 by request, so one bad request never fails or stalls the others.
@@ -17,7 +18,9 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,6 +77,84 @@ class WorkItem:
 _STOP = object()
 
 
+def _gone(item: WorkItem) -> bool:
+    """Nobody waits for ``item`` any more: its caller gave up, timed out or cancelled it."""
+    return item.abandoned or item.future.done()
+
+
+def _expire(item: WorkItem, message: str) -> None:
+    """Answer a request that will not be decided (a no-op when its future was cancelled)."""
+    if item.future.set_running_or_notify_cancel():
+        item.future.set_exception(RequestExpiredError(message))
+
+
+class _RequestQueue:
+    """FIFO of ``WorkItem``s (and the stop marker) bounded by the *live* requests only.
+
+    Why not ``queue.Queue``: a request whose caller gave up (timed out, disconnected) held its
+    slot there until the worker reached it, so a worker busy with a long batch answered new
+    clients 429 while nobody waited. Here such requests are dropped when the queue is full, and
+    ``live`` counts only the others. The stop marker takes no slot.
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._items: deque[Any] = deque()
+        self._ready = threading.Condition()
+
+    def put_nowait(self, item: WorkItem) -> None:
+        """Append ``item``; raise ``queue.Full`` when ``maxsize`` live requests wait already."""
+        with self._ready:
+            dropped = self._drop_gone() if self._count() >= self.maxsize else []
+            full = self._count() >= self.maxsize
+            if not full:
+                self._items.append(item)
+                self._ready.notify()
+        for gone in dropped:  # outside the lock: resolving runs the future's callbacks
+            _expire(gone, "the request was given up while waiting in the queue")
+        if full:
+            raise queue.Full
+
+    def put_stop(self) -> None:
+        """Append the stop marker: the worker decides what is queued before it, then exits."""
+        with self._ready:
+            self._items.append(_STOP)
+            self._ready.notify()
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The first item (or the stop marker); ``queue.Empty`` after ``timeout`` seconds."""
+        with self._ready:
+            if not self._ready.wait_for(lambda: bool(self._items), timeout):
+                raise queue.Empty
+            return self._items.popleft()
+
+    def drain(self) -> list[WorkItem]:
+        """Take every waiting request out. The stop marker stays: a worker still finishing its
+        batch must still see it."""
+        with self._ready:
+            items = [item for item in self._items if item is not _STOP]
+            self._items = deque(item for item in self._items if item is _STOP)
+        return items
+
+    @property
+    def live(self) -> int:
+        """Requests waiting that someone still waits for."""
+        with self._ready:
+            return sum(1 for item in self._items if item is not _STOP and not _gone(item))
+
+    def _count(self) -> int:
+        return sum(1 for item in self._items if item is not _STOP)
+
+    def _drop_gone(self) -> list[WorkItem]:
+        """Remove the given-up requests (the lock held); returns them to be answered."""
+        kept: deque[Any] = deque()
+        dropped: list[WorkItem] = []
+        for item in self._items:
+            (dropped if item is not _STOP and _gone(item) else kept).append(item)
+        self._items = kept
+        return dropped
+
+
 def _takes_keyword(function: Callable[..., Any], name: str) -> bool:
     try:
         return name in inspect.signature(function).parameters
@@ -105,7 +186,7 @@ class BatchWorker:
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
         self.metrics = metrics
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._queue = _RequestQueue(queue_size)
         self._thread: threading.Thread | None = None
         self._accepting = False
         self._takes_abandoned = _takes_keyword(engine.decide_many, "abandoned")
@@ -127,13 +208,7 @@ class BatchWorker:
         thread = self._thread
         if thread is None:
             return
-        # The stop marker must get in even when the queue is full: make room by failing waiters.
-        while True:
-            try:
-                self._queue.put(_STOP, timeout=0.05)
-                break
-            except queue.Full:
-                self._fail_waiting(WorkerStoppedError("the service is shutting down"))
+        self._queue.put_stop()  # takes no slot: gets in even when the queue is full
         thread.join(timeout)
         self._fail_waiting(WorkerStoppedError("the service is shutting down"))
         self._thread = None
@@ -150,16 +225,18 @@ class BatchWorker:
 
     @property
     def depth(self) -> int:
-        """Requests waiting in the queue (not counting the batch being decided)."""
-        return self._queue.qsize()
+        """Requests waiting in the queue that someone still waits for (not counting the batch
+        being decided, nor requests whose caller gave up)."""
+        return self._queue.live
 
     # -- submitting --------------------------------------------------------------------------
 
     def submit(self, payload: Any, timeout_s: float) -> concurrent.futures.Future[Any]:
         """Queue one prepared request; the future resolves to its result or raises its error.
 
-        Raises ``QueueFullError`` at once when the queue is full (no waiting: overload is
-        reported to the client, who may retry) and ``WorkerStoppedError`` when not running.
+        Raises ``QueueFullError`` at once when ``queue_size`` live requests wait already (no
+        waiting: overload is reported to the client, who may retry; requests whose caller gave
+        up are dropped to make room first) and ``WorkerStoppedError`` when not running.
         """
         return self.enqueue(payload, timeout_s).future
 
@@ -202,7 +279,7 @@ class BatchWorker:
                     # a huge wait is capped at the longest timeout a lock takes (about 292 years)
                     item = self._queue.get(timeout=min(remaining, threading.TIMEOUT_MAX))
                 else:
-                    item = self._queue.get_nowait()
+                    item = self._queue.get(timeout=0)
             except queue.Empty:
                 break
             if item is _STOP:
@@ -231,16 +308,8 @@ class BatchWorker:
     def _execute(self, batch: list[WorkItem]) -> None:
         if not batch:
             return
-        start = time.monotonic()
-        payloads = [item.payload for item in batch]
         try:
-            if self._takes_abandoned:
-                def abandoned(i: int) -> bool:
-                    return batch[i].abandoned
-
-                results = list(self.engine.decide_many(payloads, abandoned=abandoned))
-            else:
-                results = list(self.engine.decide_many(payloads))
+            results = self._decide_many(batch)
             if len(results) != len(batch):
                 raise RuntimeError(
                     f"engine returned {len(results)} results for {len(batch)} requests"
@@ -260,11 +329,32 @@ class BatchWorker:
             for item in batch:
                 self._execute([item])
             return
-        if self.metrics is not None:
-            self.metrics.batch_size.observe(len(batch))
-            self.metrics.batch_seconds.observe(time.monotonic() - start)
         for item, result in zip(batch, results, strict=True):
             self._resolve(item, result)
+
+    def _decide_many(self, batch: list[WorkItem]) -> list[Any]:
+        """One ``engine.decide_many`` call on ``batch``, timed into the batch metrics whether it
+        returns or raises (a failed batch and its one-by-one retries are calls too)."""
+        with self._batch_observed(len(batch)):
+            payloads = [item.payload for item in batch]
+            if not self._takes_abandoned:
+                return list(self.engine.decide_many(payloads))
+
+            def abandoned(i: int) -> bool:
+                return batch[i].abandoned
+
+            return list(self.engine.decide_many(payloads, abandoned=abandoned))
+
+    @contextmanager
+    def _batch_observed(self, size: int) -> Iterator[None]:
+        """Observe ``decision_batch_size`` and ``decision_batch_seconds`` for one call."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            if self.metrics is not None:
+                self.metrics.batch_size.observe(size)
+                self.metrics.batch_seconds.observe(time.monotonic() - start)
 
     def _resolve(self, item: WorkItem, result: Any) -> None:
         if isinstance(result, BaseException):
@@ -280,16 +370,8 @@ class BatchWorker:
         item.future.set_result(result)
 
     def _fail_waiting(self, error: Exception) -> None:
-        saw_stop = False
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is _STOP:
-                saw_stop = True
-                continue
+        """Answer every waiting request ``error`` (the stop marker stays queued)."""
+        items = self._queue.drain()
+        for item in items:
             if item.future.set_running_or_notify_cancel():
                 item.future.set_exception(error)
-        if saw_stop:  # a worker still finishing its batch must still see the stop marker
-            self._queue.put_nowait(_STOP)
