@@ -241,8 +241,9 @@ BAD_REQUESTS: list[tuple[str, Any, int, str, str | None]] = [
      "validation_error", "document"),
     ("body over the size limit", _with(document="x" * (MAX_BODY + 10)), 413,
      "payload_too_large", None),
+    # found by the compile, not pydantic: named as pydantic names the answer's fields
     ("invalid regex", _question({"type": "pattern", "regex": "[a-"}), 422, "validation_error",
-     "questions.0"),
+     "questions.0.answer.pattern.regex"),
     ("empty options", _question({"type": "choice", "options": []}), 422, "validation_error",
      "questions.0.answer.choice.options"),
     ("duplicate options", _question({"type": "choice", "options": ["a", "a"]}), 422,
@@ -287,7 +288,7 @@ BAD_REQUESTS: list[tuple[str, Any, int, str, str | None]] = [
      "validation_error", "questions.0.answer.choice.options.0"),
     ("unsupported JSON schema",
      _question({"type": "json", "schema": {"type": "object", "patternProperties": {}}}), 422,
-     "validation_error", "questions.0"),
+     "validation_error", "questions.0.answer.json.schema"),
     ("empty question text", _with(questions=[{"id": "a", "text": "", "answer": CHOICE}]), 422,
      "validation_error", "questions.0.text"),
     ("question id not a string", _with(questions=[{"id": 7, "text": "Q", "answer": CHOICE}]),
@@ -639,7 +640,7 @@ def test_a_schema_the_busy_machine_could_not_compile_is_503_then_compiles(
         assert busy.headers["retry-after"] == "1"
         error = busy.json()["error"]
         assert error["type"] == "unavailable" and "busy" in error["message"]
-        assert error["field"] == "questions.0.answer.regex"
+        assert error["field"] == "questions.0.answer.pattern.regex"
         monkeypatch.setattr(compile_module, "COMPILE_WALL_LIMIT_S", 60.0)
         again = httpx.post(f"{url}/decide", json=body, timeout=60)
         assert again.status_code == 200, again.text

@@ -8,6 +8,7 @@ of prepared requests in one ``DecisionModel.decide_many`` call.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,23 @@ class Prepared:
 
     request: Any  # decision.joint.result.DecisionRequest
     checked: Any  # decision.joint.CheckedRequest
+
+
+_ANSWER_FIELD = re.compile(r"questions\.(\d+)\.answer(?=\.|$)")
+
+
+def _tagged_field(field: str | None, body: DecideBody) -> str | None:
+    """``questions.0.answer.regex`` as ``questions.0.answer.pattern.regex``: a field inside an
+    answer named as the request model's validation names it, with the answer type pydantic puts
+    after ``answer`` (docs/service.md), so one field has one name whichever check found it."""
+    match = _ANSWER_FIELD.match(field or "")
+    if match is None or int(match.group(1)) >= len(body.questions):
+        return field
+    kind = body.questions[int(match.group(1))].answer.type
+    rest = field[match.end():] if field else ""
+    if rest == f".{kind}" or rest.startswith(f".{kind}."):
+        return field  # tagged already
+    return f"{match.group(0)}.{kind}{rest}"
 
 
 class ModelEngine:
@@ -59,6 +77,13 @@ class ModelEngine:
     def prepare(self, body: DecideBody) -> Prepared:
         """Validate ``body`` as the decoder will, without decoding; raise
         ``DecisionInputError`` naming the field."""
+        try:
+            return self._prepare(body)
+        except DecisionInputError as exc:
+            exc.field = _tagged_field(exc.field, body)  # the same error (a CompileBusyError: 503)
+            raise
+
+    def _prepare(self, body: DecideBody) -> Prepared:
         from decision.joint import check_request
         from decision.joint.result import DecisionRequest
 
