@@ -69,3 +69,42 @@ def test_weights_must_match_the_checkpoints_and_sum_to_one(
         main([*map(str, paths), "--weights", "half,half", "--out", str(tmp_path / "x")])
     assert "not a comma-separated list of numbers" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("weights", [[float("nan"), 1.0], [float("inf"), float("-inf")]])
+def test_weights_must_be_finite(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                weights: list[float]) -> None:
+    """NaN fails every comparison, so [nan, 1] passed the sum check and wrote a NaN model."""
+    for seed in (1, 2):
+        tiny_model(seed).save(tmp_path / f"m{seed}")
+    paths = [tmp_path / "m1", tmp_path / "m2"]
+    with pytest.raises(CheckpointError, match="must be finite numbers"):
+        average_models(paths, weights=weights)
+    text = ",".join(map(str, weights))
+    assert main([*map(str, paths), "--weights", text, "--out", str(tmp_path / "x")]) == 2
+    assert "must be finite numbers" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_an_out_that_cannot_be_written_is_one_line_and_leaves_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--out under a file gave a NotADirectoryError traceback; a write failing midway (a full
+    disk) left a partial --out that the rerun then refused as existing."""
+    for seed in (1, 2):
+        tiny_model(seed).save(tmp_path / f"m{seed}")
+    paths = [str(tmp_path / "m1"), str(tmp_path / "m2")]
+    (tmp_path / "file").write_text("")
+    assert main([*paths, "--out", str(tmp_path / "file" / "mean")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write the mean" in err and "Not a directory" in err
+
+    def disk_full(self: object, path: Path, max_shard_size: object = None) -> None:
+        Path(path).mkdir(parents=True)
+        (Path(path) / "model.safetensors").write_bytes(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("decision.model.backbone.DecisionModel.save", disk_full)
+    assert main([*paths, "--out", str(tmp_path / "mean")]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert not (tmp_path / "mean").exists()

@@ -259,3 +259,190 @@ def test_non_finite_weights_are_refused(saved: Path, value: float) -> None:
     with pytest.raises(CheckpointError, match="NaN or infinite") as err:
         decision.load_model(saved)
     assert name in str(err.value) and str(file) in str(err.value)
+
+
+def test_a_tokenizer_with_an_id_past_the_embedding_is_refused(tmp_path: Path) -> None:
+    """The check counted tokens: three tokens passed vocab_size 97 although one had id 100, and
+    every request meeting that token failed with an IndexError."""
+    from tokenizers import Tokenizer, models
+
+    small = tiny_model(seed=7)
+    vocab = {"[UNK]": 0, "yes": 1, "far": small.config.vocab_size + 3}
+    small.tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    small.save(tmp_path)
+    with pytest.raises(CheckpointError, match="token id 100 but config.json vocab_size is 97"):
+        decision.load_model(tmp_path)
+
+
+def test_a_config_check_the_loader_lacks_is_still_one_clear_error(
+        saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """config.json's "Infinity" gave an OverflowError; any arithmetic or value error left in
+    parsing a config becomes a CheckpointError naming the file."""
+    cfg = json.loads((saved / "config.json").read_text())
+    cfg["hidden_size"] = float("inf")
+    (saved / "config.json").write_text(json.dumps(cfg))  # writes the JSON token Infinity
+    with pytest.raises(CheckpointError, match="hidden_size"):
+        decision.load_model(saved)
+
+    def unforeseen(raw: object, source: str) -> None:
+        raise ZeroDivisionError("integer division or modulo by zero")
+
+    monkeypatch.setattr(checkpoint.DecisionConfig, "from_dict", unforeseen)
+    with pytest.raises(CheckpointError, match="invalid field") as err:
+        checkpoint.read_config(saved)
+    assert str(saved / "config.json") in str(err.value)
+
+
+@pytest.mark.parametrize(("device", "kind"), [("meta", None), ("hpu", None), ("mps", "mps"),
+                                              ("xpu", "xpu")])
+def test_devices_the_model_cannot_use_are_refused_before_reading(saved: Path, device: str,
+                                                                 kind: str | None) -> None:
+    """mps, xpu and hpu gave tracebacks after every weight was read; meta loaded and failed at
+    the first decode. Refused before any weight file is opened (here there is none)."""
+    if kind is not None and checkpoint._device_count(kind):
+        pytest.skip(f"this machine has a {kind} device")
+    (saved / "model.safetensors").unlink()
+    words = "does not run on" if kind is None else f"no {kind.upper()} GPU"
+    with pytest.raises(CheckpointError, match=words) as err:
+        decision.load_model(saved, device=device)
+    assert str(saved) in str(err.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float8_e4m3fn, 5])
+def test_a_dtype_that_is_not_a_supported_float_is_refused_before_reading(
+        saved: Path, dtype: object) -> None:
+    """int64 and 5 gave TypeErrors from ``nn.Module.to``; float8 loaded a model nothing runs."""
+    (saved / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="unsupported dtype") as err:
+        decision.load_model(saved, dtype=dtype)  # type: ignore[arg-type]
+    assert str(saved) in str(err.value)
+
+
+@pytest.mark.parametrize(("name", "dtype"), [("lm_head.weight", torch.int32),
+                                             ("model.embed_tokens.weight", torch.bool)])
+def test_an_integer_or_bool_tensor_for_a_float_parameter_is_refused(
+        saved: Path, name: str, dtype: torch.dtype) -> None:
+    """Integer and bool tensors were cast silently into the float parameters."""
+    file = _rewrite(saved, lambda s: s.__setitem__(name, s[name].to(dtype)))
+    dtype_name = str(dtype).removeprefix("torch.")
+    with pytest.raises(CheckpointError, match=f"dtype {dtype_name}, not a floating") as err:
+        decision.load_model(saved)
+    assert name in str(err.value) and str(file) in str(err.value)
+
+
+def test_saving_without_a_tokenizer_removes_an_older_tokenizer_json(tmp_path: Path) -> None:
+    """The older model's tokenizer.json stayed and loaded beside the new weights."""
+    from tokenizers import Tokenizer, models
+
+    first = tiny_model(seed=1)
+    first.tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "yes": 1}, unk_token="[UNK]"))
+    first.save(tmp_path)
+    tiny_model(seed=2).save(tmp_path)
+    assert not (tmp_path / "tokenizer.json").exists()
+    assert decision.load_model(tmp_path).tokenizer is None
+
+
+@pytest.mark.parametrize("shard_size", [None, "20KB"])
+def test_weight_files_get_the_mode_of_the_umask(model: torch.nn.Module, tmp_path: Path,
+                                                shard_size: str | None) -> None:
+    """safetensors wrote its files 0600 while config.json was 0644: a group that could read the
+    config could not read the weights."""
+    import os
+
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600)):
+        old = os.umask(umask)
+        try:
+            model.save(tmp_path / oct(umask), max_shard_size=shard_size)
+        finally:
+            os.umask(old)
+        files = sorted((tmp_path / oct(umask)).iterdir())
+        assert len(files) >= 2 and all(f.stat().st_mode & 0o777 == mode for f in files)
+
+
+# ---------------------------------------------------------------------------- damaged files
+def _edit_header(file: Path, edit) -> None:  # type: ignore[no-untyped-def]
+    """Rewrite one safetensors file's JSON header with ``edit`` (the data stays as it is)."""
+    import struct
+
+    data = file.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    edit(header)
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    file.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("dtype", ["F32"], "corrupted header entry"),  # was TypeError: unhashable type
+    ("data_offsets", ["0", "9"], "corrupted header entry"),  # was TypeError: '>' not supported
+    ("shape", [97, 31], "data_offsets span"),  # the error named another tensor
+    ("dtype", "F8_E4M3", "unsupported dtype F8_E4M3"),  # was "corrupted"
+])
+def test_header_entries_of_wrong_types_or_sizes_are_one_clear_error(
+        saved: Path, field: str, value: object, words: str) -> None:
+    file = saved / "model.safetensors"
+    _edit_header(file, lambda h: h["lm_head.weight"].__setitem__(field, value))
+    with pytest.raises(CheckpointError, match=words) as err:
+        decision.load_model(saved)
+    assert "lm_head.weight" in str(err.value) and str(file) in str(err.value)
+
+
+def test_a_directory_named_like_a_weight_file_is_refused(saved: Path) -> None:
+    """A directory extra.safetensors gave an IsADirectoryError."""
+    (saved / "extra.safetensors").mkdir()
+    with pytest.raises(CheckpointError, match="not a regular file") as err:
+        decision.load_model(saved)
+    assert str(saved / "extra.safetensors") in str(err.value)
+
+
+@pytest.mark.parametrize("value", [1, None, "sub", "../other/model.safetensors"])
+def test_an_index_naming_no_shard_file_of_the_directory_is_refused(
+        model: torch.nn.Module, tmp_path: Path, value: object) -> None:
+    """A number gave a TypeError, a directory an IsADirectoryError, and a name outside the
+    checkpoint directory loaded another checkpoint's weights."""
+    model.save(tmp_path / "other")
+    model.save(tmp_path / "ckpt", max_shard_size="20KB")
+    (tmp_path / "ckpt" / "sub").mkdir()
+    index = tmp_path / "ckpt" / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"] = {name: value for name in data["weight_map"]}
+    index.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError) as err:
+        decision.load_model(tmp_path / "ckpt")
+    assert str(tmp_path / "ckpt") in str(err.value)
+
+
+def _per_expert(state: dict[str, torch.Tensor]) -> None:
+    """Packed experts -> per-expert ``experts.J.{gate,up,down}_proj.weight`` (the HF layout)."""
+    for name in [n for n in state if n.endswith(".experts.gate_up_proj")]:
+        prefix = name.removesuffix(".gate_up_proj")
+        gate_up, down = state.pop(name), state.pop(prefix + ".down_proj")
+        gate, up = gate_up.chunk(2, dim=1)
+        for e in range(gate_up.shape[0]):
+            state[f"{prefix}.{e}.gate_proj.weight"] = gate[e].contiguous()
+            state[f"{prefix}.{e}.up_proj.weight"] = up[e].contiguous()
+            state[f"{prefix}.{e}.down_proj.weight"] = down[e].contiguous()
+
+
+@pytest.mark.parametrize(("damage", "words"), [
+    ("short", "has shape \\[15, 32\\], expert 0's has \\[16, 32\\]"),  # was a torch.stack error
+    ("extra", "past config.json's num_experts=4"),  # was ignored silently
+])
+def test_per_expert_tensors_of_another_shape_or_number_are_refused(
+        model: torch.nn.Module, saved: Path, damage: str, words: str) -> None:
+    prefix = "model.layers.0.mlp.experts"
+
+    def edit(state: dict[str, torch.Tensor]) -> None:
+        if damage == "short":
+            state[f"{prefix}.1.gate_proj.weight"] = state[f"{prefix}.1.gate_proj.weight"][:-1]
+        else:
+            for part in ("gate_proj", "up_proj", "down_proj"):
+                state[f"{prefix}.4.{part}.weight"] = state[f"{prefix}.0.{part}.weight"].clone()
+
+    _rewrite(saved, _per_expert)
+    assert _same_params(model, decision.load_model(saved))  # undamaged, the layout loads
+    file = _rewrite(saved, edit)
+    with pytest.raises(CheckpointError, match=words) as err:
+        decision.load_model(saved)
+    assert prefix in str(err.value) and str(file) in str(err.value)

@@ -76,3 +76,31 @@ def test_round_trip_through_to_dict() -> None:
 def test_bad_configs(edit: dict[str, Any], match: str) -> None:
     with pytest.raises(CheckpointError, match=match):
         DecisionConfig.from_dict({**BASE, **edit})
+
+
+@pytest.mark.parametrize("edit,match", [
+    ({"num_attention_heads": 0, "head_dim": None}, "num_attention_heads must be >= 1"),
+    ({"intermediate_size": -1}, "intermediate_size must be >= 0"),
+    ({"moe_intermediate_size": -5}, "moe_intermediate_size must be >= 1"),
+    ({"shared_expert_intermediate_size": 0}, "shared_expert_intermediate_size must be >= 1"),
+    ({"model_type": "qwen3_5_text", "intermediate_size": 0}, "intermediate_size must be >= 1"),
+    ({"hidden_size": float("inf")}, "'hidden_size' has invalid value inf"),
+    ({"rope_parameters": {"rope_theta": "x"}}, "'rope_theta' has invalid value 'x'"),
+    ({"rope_theta": float("inf")}, "'rope_theta' has invalid value inf"),
+    ({"rope_theta": 0}, "rope_theta must be > 0"),
+    ({"rms_norm_eps": -1.0}, "rms_norm_eps must be > 0"),
+    ({"eos_token_id": ["a"]}, "'eos_token_id' has invalid value 'a'"),
+    ({"pad_token_id": 50}, "pad_token_id 50 is outside the vocabulary"),
+    ({"num_experts": -2}, "num_experts must be >= 0"),
+    ({"num_experts_per_tok": 0}, "num_experts_per_tok must lie in"),
+    ({"mlp_only_layers": "12"}, "'mlp_only_layers' has invalid value '12'"),
+    ({"layer_types": [["linear_attention"]] * 6}, "'layer_types' has invalid value"),
+    ({"full_attention_interval": 0}, "'full_attention_interval' has invalid value 0"),
+])
+def test_config_fields_that_crashed_or_built_a_wrong_model(edit: dict[str, Any],
+                                                           match: str) -> None:
+    """Each gave a raw traceback (ZeroDivisionError, OverflowError, ValueError, a negative tensor
+    dimension when the model was built) or a model that computes something else (no expert
+    chosen, a negative norm epsilon, a pad id past the embedding, every layer full attention)."""
+    with pytest.raises(CheckpointError, match=match):
+        DecisionConfig.from_dict({**BASE, **edit})

@@ -5,13 +5,15 @@
 
 Checkpoints continued from one parent with the same config and tokenizer can be averaged into
 one model of the same size. The mean is taken in float32 and stored in the first checkpoint's
-dtype, beside its config and tokenizer. Weights (summing to 1, negative ones allowed) give a
-weighted mean, e.g. the children's mean moved further from their parent (extrapolation).
+dtype, beside its config and tokenizer. Weights (finite, summing to 1, negative ones allowed)
+give a weighted mean, e.g. the children's mean moved further from their parent (extrapolation).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +37,8 @@ def average_models(paths: Sequence[str | Path],
     if weights is not None:
         if len(weights) != len(paths):
             raise CheckpointError(f"{len(weights)} weights for {len(paths)} checkpoints")
+        if not all(math.isfinite(w) for w in weights):  # NaN fails every comparison
+            raise CheckpointError(f"the weights must be finite numbers, got {list(weights)}")
         if abs(sum(weights) - 1.0) > 1e-6:
             raise CheckpointError(f"the weights sum to {sum(weights):g}, not 1")
         weight_vector = torch.tensor(weights, dtype=torch.float32)
@@ -65,6 +69,16 @@ def _weights(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(message) from None
 
 
+def _save_new(model: DecisionModel, out: Path) -> None:
+    """Save to ``out``, which did not exist; a failed write (``out`` under a file, a read-only
+    place, a full disk) is a CheckpointError and leaves no partial ``out`` to refuse a rerun."""
+    try:
+        model.save(out)
+    except OSError as exc:
+        shutil.rmtree(out, ignore_errors=True)
+        raise CheckpointError(f"cannot write the mean to {out}: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m decision.model.average",
                                      description=__doc__.splitlines()[0])
@@ -77,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if out.exists():
             raise CheckpointError(f"{out}: already exists")
-        average_models(args.checkpoints, args.weights).save(out)
+        _save_new(average_models(args.checkpoints, args.weights), out)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

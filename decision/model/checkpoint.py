@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 import re
 import struct
 from collections.abc import Callable
@@ -38,8 +40,13 @@ DTYPES = {
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
     "U8": torch.uint8, "BOOL": torch.bool,
 }
+# valid safetensors dtypes this loader does not read (8/6/4-bit floats, unsigned, complex)
+UNSUPPORTED_DTYPES = {"F8_E5M2", "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "U16", "U32",
+                      "U64", "C64"}
 DTYPE_NAMES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
                "float64": torch.float64}
+# where the model runs: torch's generic devices whose availability torch can tell
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 
 _EXPERT = re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 
@@ -51,35 +58,13 @@ def _inspect_safetensors(file: Path) -> dict[str, tuple[str, list[int]]]:
     Layout (safetensors spec): u64 little-endian header length n, n bytes of JSON, then the data
     buffer; each tensor's ``data_offsets`` are relative to the buffer start.
     """
-    size = file.stat().st_size
-    with file.open("rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise CheckpointError(f"{file}: truncated safetensors file ({size} bytes, no header)")
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8:
-            raise CheckpointError(
-                f"{file}: corrupted or truncated safetensors header (header says {n} bytes, "
-                f"file has {size - 8} after the length field)"
-            )
-        raw = fh.read(n)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-        if not isinstance(header, dict):
-            raise ValueError("header is not a JSON object")
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointError(f"{file}: corrupted safetensors header ({exc})") from None
+    header, n, size = _read_header(file)
     out: dict[str, tuple[str, list[int]]] = {}
     end = 0
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        try:
-            dtype, shape, (start, stop) = info["dtype"], list(info["shape"]), info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"{file}: corrupted header entry for tensor {name!r}") from None
-        if dtype not in DTYPES or stop < start:
-            raise CheckpointError(f"{file}: corrupted header entry for tensor {name!r}")
+        dtype, shape, stop = _header_entry(file, name, info)
         out[name] = (dtype, shape)
         end = max(end, stop)
     if 8 + n + end > size:
@@ -88,6 +73,67 @@ def _inspect_safetensors(file: Path) -> dict[str, tuple[str, list[int]]]:
             f"{size}"
         )
     return out
+
+
+def _read_header(file: Path) -> tuple[dict[str, Any], int, int]:
+    """The parsed JSON header of a safetensors file, its length and the file's size."""
+    if not file.is_file():
+        raise CheckpointError(f"{file}: not a regular file")
+    try:
+        size = file.stat().st_size
+        with file.open("rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise CheckpointError(
+                    f"{file}: truncated safetensors file ({size} bytes, no header)"
+                )
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                raise CheckpointError(
+                    f"{file}: corrupted or truncated safetensors header (header says {n} bytes, "
+                    f"file has {size - 8} after the length field)"
+                )
+            raw = fh.read(n)
+    except OSError as exc:
+        raise CheckpointError(f"{file}: cannot read ({exc.strerror or exc})") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(f"{file}: corrupted safetensors header ({exc})") from None
+    return header, n, size
+
+
+def _sizes(value: Any, length: int | None = None) -> bool:
+    """Whether ``value`` is a list of ``length`` (any if None) non-negative JSON integers."""
+    return (isinstance(value, list) and (length is None or len(value) == length)
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value))
+
+
+def _header_entry(file: Path, name: str, info: Any) -> tuple[str, list[int], int]:
+    """One tensor's header entry as (dtype, shape, end offset), checked for types and size."""
+    corrupted = CheckpointError(f"{file}: corrupted header entry for tensor {name!r}")
+    if not isinstance(info, dict):
+        raise corrupted
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str) or not _sizes(shape) or not _sizes(offsets, 2):
+        raise corrupted
+    start, stop = offsets
+    if dtype in UNSUPPORTED_DTYPES:
+        raise CheckpointError(
+            f"{file}: tensor {name!r} has unsupported dtype {dtype} (supported: "
+            f"{', '.join(DTYPES)})"
+        )
+    if dtype not in DTYPES:
+        raise corrupted
+    nbytes = math.prod(shape) * DTYPES[dtype].itemsize
+    if stop - start != nbytes:
+        raise CheckpointError(
+            f"{file}: corrupted header entry for tensor {name!r}: {dtype} {shape} is {nbytes} "
+            f"bytes, its data_offsets span {stop - start}"
+        )
+    return dtype, shape, stop
 
 
 class _Tensors:
@@ -107,12 +153,7 @@ class _Tensors:
     def _files(self) -> list[Path]:
         index = self.directory / INDEX_NAME
         if index.exists():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-                names = sorted(set(weight_map.values()))
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise CheckpointError(f"{index}: invalid index ({exc})") from None
-            files = [self.directory / n for n in names]
+            files = [self.directory / n for n in _shard_names(index)]
             for f in files:
                 if not f.exists():
                     raise CheckpointError(f"{index}: lists shard {f.name}, which is missing")
@@ -123,6 +164,7 @@ class _Tensors:
         return files
 
     def get(self, name: str) -> torch.Tensor:
+        """The tensor ``name`` read from its file (CheckpointError naming both when it fails)."""
         file = self.where[name]
         try:
             if file not in self._handles:
@@ -134,6 +176,7 @@ class _Tensors:
             raise CheckpointError(f"{file}: cannot read tensor {name!r}: {exc}") from None
 
     def shape(self, name: str) -> list[int]:
+        """The shape its file's header gives tensor ``name``."""
         return self.meta[name][1]
 
     def float_dtype(self) -> torch.dtype | None:
@@ -144,6 +187,22 @@ class _Tensors:
             if t.is_floating_point:
                 counts[t] = counts.get(t, 0) + 1
         return max(counts, key=lambda t: counts[t]) if counts else None
+
+
+def _shard_names(index: Path) -> list[str]:
+    """The shard file names an index's weight_map lists: plain names in the same directory."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        values = list(weight_map.values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CheckpointError(f"{index}: invalid index ({exc})") from None
+    for value in values:
+        if not isinstance(value, str) or Path(value).name != value or value in ("", ".", ".."):
+            raise CheckpointError(
+                f"{index}: invalid index (weight_map value {value!r} is not a file name in "
+                f"the checkpoint directory)"
+            )
+    return sorted(set(values))
 
 
 # ---------------------------------------------------------------------------- name mapping
@@ -243,6 +302,12 @@ def _pack_experts(
     """Per-expert gate/up/down weights -> packed gate_up_proj [E, 2I, H] and down_proj [E, H, I]."""
     first = next(iter(per_expert.values()))
     file = tensors.where[next(iter(first.values()))]
+    extra = sorted(e for e in per_expert if e >= config.num_experts)
+    if extra:
+        raise CheckpointError(
+            f"{file}: tensors '{prefix}.{extra[0]}.*_proj.weight' of an expert past "
+            f"config.json's num_experts={config.num_experts}"
+        )
     for e in range(config.num_experts):
         for part in ("gate_proj", "up_proj", "down_proj"):
             if part not in per_expert.get(e, {}):
@@ -250,6 +315,7 @@ def _pack_experts(
                     f"{file}: missing tensor '{prefix}.{e}.{part}.weight' "
                     f"(config.json says num_experts={config.num_experts})"
                 )
+    _check_expert_shapes(tensors, per_expert, config.num_experts)
 
     def gate_up() -> torch.Tensor:
         return torch.stack([
@@ -266,6 +332,28 @@ def _pack_experts(
     where = f"{file}: tensors '{prefix}.J.*_proj.weight'"
     out[prefix + ".gate_up_proj"] = (gate_up, where)
     out[prefix + ".down_proj"] = (down, where)
+
+
+def _check_expert_shapes(
+    tensors: _Tensors, per_expert: dict[int, dict[str, str]], num_experts: int
+) -> None:
+    """Per-expert tensors are stacked into one: every expert's gate, up and down weight must be
+    2-D and of the first expert's shapes, with gate and up of one shape."""
+    first = {part: tensors.shape(per_expert[0][part]) for part in per_expert[0]}
+    if len(first["gate_proj"]) != 2 or first["up_proj"] != first["gate_proj"]:
+        raw = per_expert[0]["up_proj"]
+        raise CheckpointError(
+            f"{tensors.where[raw]}: tensor {raw!r} has shape {tensors.shape(raw)}, gate_proj "
+            f"{first['gate_proj']} (expected both [moe_intermediate_size, hidden])"
+        )
+    for e in range(1, num_experts):
+        for part, shape in first.items():
+            raw = per_expert[e][part]
+            if tensors.shape(raw) != shape:
+                raise CheckpointError(
+                    f"{tensors.where[raw]}: tensor {raw!r} has shape {tensors.shape(raw)}, "
+                    f"expert 0's has {shape} (every expert of a layer has one shape)"
+                )
 
 
 def _is_block_param(name: str) -> bool:
@@ -286,13 +374,28 @@ def read_config(directory: Path) -> DecisionConfig:
         raise CheckpointError(f"{file}: invalid JSON ({exc})") from None
     try:
         return DecisionConfig.from_dict(raw, source=str(file))
-    except TypeError as exc:  # a field of the wrong type
+    except (TypeError, ValueError, ArithmeticError) as exc:  # a check the config lacks
         raise CheckpointError(f"{file}: invalid field ({exc})") from None
+
+
+def _requested_dtype(dtype: object) -> torch.dtype | str | None:
+    """``load_model``'s dtype argument, checked before any weight is read: "auto", None, or a
+    supported floating dtype (given as a torch dtype or its name)."""
+    if dtype is None or dtype == "auto":
+        return dtype  # type: ignore[return-value]
+    if isinstance(dtype, str) and dtype in DTYPE_NAMES:
+        return DTYPE_NAMES[dtype]
+    if isinstance(dtype, torch.dtype) and dtype in DTYPE_NAMES.values():
+        return dtype
+    kind = "unknown" if isinstance(dtype, str) else "unsupported"
+    raise CheckpointError(f"{kind} dtype {dtype!r}; use one of {sorted(DTYPE_NAMES)}")
 
 
 def _resolve_dtype(
     dtype: torch.dtype | str | None, fallback: torch.dtype | None, device: torch.device
 ) -> torch.dtype:
+    """The dtype to compute in: ``dtype`` as checked by ``_requested_dtype``; ``fallback`` is
+    the checkpoint's own."""
     if dtype == "auto":
         # CPUs without bf16/fp16 matrix units run half-precision matmuls far slower than
         # float32 (on the AVX2 development machine a bf16 contracts decode took 1.8x as long, a
@@ -303,26 +406,41 @@ def _resolve_dtype(
         return fallback or torch.float32
     if dtype is None:
         return fallback or torch.float32
-    if isinstance(dtype, str):
-        if dtype not in DTYPE_NAMES:
-            raise CheckpointError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPE_NAMES)}")
-        return DTYPE_NAMES[dtype]
-    return dtype
+    return _requested_dtype(dtype)  # type: ignore[return-value]
+
+
+def _device_count(kind: str) -> int:
+    """How many devices of type ``kind`` (cuda, mps, xpu) this torch can use; 0 when none."""
+    try:
+        if kind == "mps":
+            return int(torch.backends.mps.is_available())
+        module = getattr(torch, kind, None)
+        return module.device_count() if module is not None and module.is_available() else 0
+    except (RuntimeError, AssertionError):  # torch built without the backend
+        return 0
 
 
 def usable_device(device: str | torch.device) -> torch.device:
     """``device`` as a torch device, or a :class:`CheckpointError` saying why it cannot be used
-    (not a device name; CUDA asked for where torch has none or fewer GPUs)."""
+    (not a device name; a type the model does not run on, such as meta or hpu; an accelerator
+    this torch has none of, or fewer than the index asks for). Checked before weights are read."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise CheckpointError(f"{device!r} is not a torch device ({exc})") from None
-    if dev.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise CheckpointError(f"device {device!r}: this torch sees no CUDA GPU")
-        if dev.index is not None and dev.index >= count:
-            raise CheckpointError(f"device {device!r}: this torch sees {count} CUDA GPU(s)")
+    if dev.type not in DEVICE_TYPES:
+        raise CheckpointError(
+            f"device {device!r}: the model does not run on {dev.type} devices; use one of "
+            f"{', '.join(DEVICE_TYPES)}"
+        )
+    if dev.type == "cpu":
+        return dev
+    count = _device_count(dev.type)
+    name = dev.type.upper()
+    if count == 0:
+        raise CheckpointError(f"device {device!r}: this torch sees no {name} GPU")
+    if dev.index is not None and dev.index >= count:
+        raise CheckpointError(f"device {device!r}: this torch sees {count} {name} GPU(s)")
     return dev
 
 
@@ -347,17 +465,18 @@ def load_model(
     directory = Path(path)
     try:
         device = usable_device(device)
+        dtype = _requested_dtype(dtype)
     except CheckpointError as exc:
         raise CheckpointError(f"{directory}: {exc}") from None
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a checkpoint directory")
     config = read_config(directory)
+    tokenizer = _read_tokenizer(directory)
+    if tokenizer is not None:
+        _check_tokenizer(directory, tokenizer, config.vocab_size)
     with ExitStack() as stack:
         tensors = _Tensors(directory, stack)
-        try:
-            target = _resolve_dtype(dtype, tensors.float_dtype(), torch.device(device))
-        except CheckpointError as exc:
-            raise CheckpointError(f"{directory}: {exc}") from None
+        target = _resolve_dtype(dtype, tensors.float_dtype(), device)
         model = DecisionModel(config)
         sources = _sources(tensors, config)
         missing_block = _fill(model, sources, directory, set(tensors.where.values()))
@@ -369,15 +488,22 @@ def load_model(
             "%s: %d block-path parameters not in the checkpoint, set to neutral values: %s",
             directory, len(missing_block), ", ".join(missing_block),
         )
-    model.tokenizer = _read_tokenizer(directory)
-    if model.tokenizer is not None:
-        n_tokens = model.tokenizer.get_vocab_size(with_added_tokens=True)
-        if n_tokens > config.vocab_size:  # its ids past the embedding fail every request
-            raise CheckpointError(
-                f"{directory}: tokenizer.json has {n_tokens} tokens but config.json vocab_size "
-                f"is {config.vocab_size} (a tokenizer of another model?)"
-            )
+    model.tokenizer = tokenizer
     return model
+
+
+def _check_tokenizer(directory: Path, tokenizer: Any, vocab_size: int) -> None:
+    """Every id of the tokenizer indexes the embedding: its largest id is below vocab_size.
+
+    Counting tokens is not enough: a tokenizer's ids may leave gaps, so a small one can still
+    hold an id past the embedding, and every request that meets it fails."""
+    ids = tokenizer.get_vocab(with_added_tokens=True).values()
+    largest = max(ids, default=-1)
+    if largest >= vocab_size:
+        raise CheckpointError(
+            f"{directory}: tokenizer.json has token id {largest} but config.json vocab_size "
+            f"is {vocab_size} (a tokenizer of another model?)"
+        )
 
 
 def _fill(
@@ -399,7 +525,12 @@ def _fill(
             files = ", ".join(sorted({p.name for p in files_read}))
             raise CheckpointError(f"{directory}: missing tensor {name!r} (not in {files})")
         getter, where = sources[name]
-        tensor = getter()
+        tensor = _read_source(getter, where)
+        if param.is_floating_point() and not tensor.is_floating_point():
+            raise CheckpointError(
+                f"{where} has dtype {str(tensor.dtype).removeprefix('torch.')}, not a floating "
+                f"dtype, for the floating parameter {name!r}"
+            )
         if tuple(tensor.shape) != tuple(param.shape):
             raise CheckpointError(
                 f"{where} has shape {list(tensor.shape)}, expected {list(param.shape)} for "
@@ -432,7 +563,17 @@ def _fill(
     return missing_block
 
 
+def _read_source(getter: Getter, where: str) -> torch.Tensor:
+    """Run one source's getter; an error assembling its tensor (a split or stack the checks
+    before did not foresee) becomes a CheckpointError naming the source."""
+    try:
+        return getter()
+    except RuntimeError as exc:
+        raise CheckpointError(f"{where}: cannot assemble the tensor ({exc})") from None
+
+
 def _read_tokenizer(directory: Path) -> Any:
+    """``directory/tokenizer.json`` loaded with ``tokenizers``; None when there is none."""
     file = directory / "tokenizer.json"
     if not file.exists():
         return None
@@ -481,14 +622,13 @@ def save_checkpoint(
         size += nbytes
     for stale in list(directory.glob("model*.safetensors")) + [directory / INDEX_NAME]:
         stale.unlink(missing_ok=True)
-    meta = {"format": "pt"}
     if len(shards) == 1:
-        save_file(shards[0], str(directory / SINGLE_NAME), metadata=meta)
+        _write_safetensors(shards[0], directory / SINGLE_NAME)
     else:
         weight_map: dict[str, str] = {}
         for i, shard in enumerate(shards, 1):
             fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, str(directory / fname), metadata=meta)
+            _write_safetensors(shard, directory / fname)
             weight_map.update({name: fname for name in shard})
         total = sum(t.numel() * t.element_size() for t in state.values())
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
@@ -498,3 +638,27 @@ def save_checkpoint(
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     if model.tokenizer is not None:
         model.tokenizer.save(str(directory / "tokenizer.json"))
+    else:  # an older model's tokenizer.json would load beside these weights
+        (directory / "tokenizer.json").unlink(missing_ok=True)
+
+
+def _write_safetensors(tensors: dict[str, torch.Tensor], file: Path) -> None:
+    """``save_file``, then the mode every other file of the directory gets (0666 less the
+    umask): safetensors' writer creates its files 0600, unreadable to a group that can read
+    config.json."""
+    save_file(tensors, str(file), metadata={"format": "pt"})
+    os.chmod(file, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+    """The process umask, read from /proc where there is one (setting it to read it back would
+    change it for a moment for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -8,6 +8,7 @@ or a top-level multimodal config with a nested ``text_config``), including the t
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,8 @@ TEXT_MODEL_TYPES = {
     "decision",
 }
 NESTED_MODEL_TYPES = {"qwen3_5_moe", "qwen3_5"}
+# special token ids: an int, or (transformers) a list whose first entry counts, or null
+TOKEN_ID_FIELDS = ("mask_token_id", "pad_token_id", "eos_token_id", "bos_token_id")
 KNOWN_ARCHITECTURES = {
     "Qwen3_5MoeForCausalLM",
     "Qwen3_5MoeForConditionalGeneration",
@@ -95,6 +98,14 @@ class DecisionConfig:
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
         """Raise CheckpointError for inconsistent sizes, so a bad config fails at load time."""
+        self._check_sizes()
+        self._check_layers()
+        self._check_feed_forward()
+        self._check_numbers()
+        self._check_token_ids()
+
+    def _check_sizes(self) -> None:
+        """Every dimension a tensor of the backbone is built with is positive."""
         sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                  "num_key_value_heads", "head_dim", "linear_num_key_heads",
                  "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
@@ -102,14 +113,6 @@ class DecisionConfig:
         for name in sizes:
             if getattr(self, name) < 1:
                 raise CheckpointError(f"config.json: {name} must be >= 1")
-        if len(self.layer_types) != self.num_hidden_layers:
-            raise CheckpointError(
-                f"config.json: layer_types has {len(self.layer_types)} entries but "
-                f"num_hidden_layers is {self.num_hidden_layers}"
-            )
-        bad = sorted({t for t in self.layer_types if t not in (LINEAR, FULL)})
-        if bad:
-            raise CheckpointError(f"config.json: unknown layer type(s) {bad} in layer_types")
         if self.linear_num_value_heads % self.linear_num_key_heads:
             raise CheckpointError(
                 "config.json: linear_num_value_heads must be a multiple of linear_num_key_heads"
@@ -118,27 +121,74 @@ class DecisionConfig:
             raise CheckpointError(
                 "config.json: num_attention_heads must be a multiple of num_key_value_heads"
             )
-        if self.hidden_act != "silu":
-            raise CheckpointError(f"config.json: hidden_act {self.hidden_act!r} unsupported")
-        if self.num_experts and self.num_experts_per_tok > self.num_experts:
-            raise CheckpointError("config.json: num_experts_per_tok exceeds num_experts")
         if self.num_segments < 1 or self.right_conv_kernel < 1:
             raise CheckpointError("config.json: num_segments and right_conv_kernel must be >= 1")
+
+    def _check_layers(self) -> None:
+        """layer_types has one known type per layer; mlp_only_layers holds layer numbers."""
+        if len(self.layer_types) != self.num_hidden_layers:
+            raise CheckpointError(
+                f"config.json: layer_types has {len(self.layer_types)} entries but "
+                f"num_hidden_layers is {self.num_hidden_layers}"
+            )
+        bad = sorted({str(t) for t in self.layer_types if t not in (LINEAR, FULL)})
+        if bad:
+            raise CheckpointError(f"config.json: unknown layer type(s) {bad} in layer_types")
+        if any(isinstance(i, bool) or not isinstance(i, int) for i in self.mlp_only_layers):
+            raise CheckpointError(
+                f"config.json: mlp_only_layers must be a list of layer numbers, got "
+                f"{self.mlp_only_layers!r}"
+            )
+
+    def _check_feed_forward(self) -> None:
+        """MoE sizes and the widths of the feed-forward blocks the layers use: a zero width
+        computes nothing, a negative one cannot be built."""
+        if self.hidden_act != "silu":
+            raise CheckpointError(f"config.json: hidden_act {self.hidden_act!r} unsupported")
+        if self.num_experts < 0:
+            raise CheckpointError(f"config.json: num_experts must be >= 0, got {self.num_experts}")
+        moe = self.num_experts > 0
+        if moe and not 1 <= self.num_experts_per_tok <= self.num_experts:
+            raise CheckpointError(
+                f"config.json: num_experts_per_tok must lie in [1, num_experts "
+                f"{self.num_experts}], got {self.num_experts_per_tok}"
+            )
+        dense = any(not self.layer_is_moe(i) for i in range(self.num_hidden_layers))
+        widths = {"intermediate_size": dense, "moe_intermediate_size": moe,
+                  "shared_expert_intermediate_size": moe}
+        for name, used in widths.items():
+            least = 1 if used else 0
+            if getattr(self, name) < least:
+                raise CheckpointError(
+                    f"config.json: {name} must be >= {least}, got {getattr(self, name)}"
+                )
+
+    def _check_numbers(self) -> None:
+        """Rotary and normalisation constants and block-path initial values in range."""
         if not 0.0 <= self.partial_rotary_factor <= 1.0:
             raise CheckpointError(
                 f"config.json: partial_rotary_factor must lie in [0, 1], got "
                 f"{self.partial_rotary_factor}"
             )
+        for name in ("rope_theta", "rms_norm_eps"):
+            value = getattr(self, name)
+            if not 0.0 < value < math.inf:
+                raise CheckpointError(f"config.json: {name} must be > 0 and finite, got {value}")
         if self.block_scale_init is not None and not self.block_scale_init > 0:
             raise CheckpointError(
                 f"config.json: block_scale_init must be > 0 (or null for sqrt(Dk)), got "
                 f"{self.block_scale_init}"
             )
-        if self.mask_token_id is not None and not 0 <= self.mask_token_id < self.vocab_size:
-            raise CheckpointError(
-                f"config.json: mask_token_id {self.mask_token_id} is outside the vocabulary "
-                f"[0, {self.vocab_size})"
-            )
+
+    def _check_token_ids(self) -> None:
+        """The special token ids index the embedding, so they lie inside the vocabulary."""
+        for name in TOKEN_ID_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise CheckpointError(
+                    f"config.json: {name} {value} is outside the vocabulary "
+                    f"[0, {self.vocab_size})"
+                )
 
     # ------------------------------------------------------------------ derived
     @property
@@ -222,30 +272,56 @@ def default_layer_types(num_layers: int, interval: int) -> list[str]:
 
 
 REQUIRED_INTS = {"num_hidden_layers", "hidden_size", "vocab_size"}
+LIST_FIELDS = {"layer_types": str, "mlp_only_layers": int}
+
+
+def _invalid(name: str, value: Any, source: str) -> CheckpointError:
+    return CheckpointError(f"{source}: field {name!r} has invalid value {value!r}")
 
 
 def _coerce(name: str, value: Any, type_name: str, source: str) -> Any:
-    """Check one scalar field's type (int / float / bool) so that errors name the field."""
+    """Check one scalar field's type (int / float / bool) so that errors name the field.
+
+    JSON numbers only (no strings, no booleans as numbers); floats must be finite, since
+    ``Infinity`` and ``NaN`` are JSON that Python reads and no size or constant can be either.
+    """
     base = type_name.split("|")[0].strip()
     try:
-        if base == "int" and not isinstance(value, list):
-            if isinstance(value, bool) or int(value) != value:
+        if base in ("int", "float") and isinstance(value, (bool, str)):
+            raise ValueError
+        if base == "int":
+            if int(value) != value:
                 raise ValueError
             return int(value)
         if base == "float":
+            if not math.isfinite(float(value)):
+                raise ValueError
             return float(value)
         if base == "bool" and not isinstance(value, bool):
             raise ValueError
-    except (TypeError, ValueError):
-        raise CheckpointError(f"{source}: field {name!r} has invalid value {value!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise _invalid(name, value, source) from None
     return value
 
 
-def _first_int(value: Any) -> int | None:
-    """eos_token_id may be a list in transformers configs; keep the first."""
+def _coerce_list(name: str, value: Any, item: type, source: str) -> list[Any]:
+    """A list field (layer_types, mlp_only_layers): a JSON list of ``item`` values."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _invalid(name, value, source)
+    if item is int:
+        return [_coerce(name, v, "int", source) for v in value]
+    if not all(isinstance(v, item) for v in value):
+        raise _invalid(name, value, source)
+    return value
+
+
+def _token_id(name: str, value: Any, source: str) -> int | None:
+    """A special token id; eos_token_id may be a list in transformers configs: keep the first."""
     if isinstance(value, list):
-        return int(value[0]) if value else None
-    return None if value is None else int(value)
+        value = value[0] if value else None
+    return None if value is None else _coerce(name, value, "int", source)
 
 
 def _text_fields(raw: dict[str, Any], model_type: str, source: str) -> dict[str, Any]:
@@ -256,33 +332,44 @@ def _text_fields(raw: dict[str, Any], model_type: str, source: str) -> dict[str,
         if key not in raw:
             raise CheckpointError(f"{source}: missing field {key!r}")
     for f in dataclasses.fields(DecisionConfig):
-        if f.name in kw and kw[f.name] is not None or f.name in REQUIRED_INTS:
+        if f.name in TOKEN_ID_FIELDS:
+            kw[f.name] = _token_id(f.name, kw.get(f.name), source)
+        elif f.name in LIST_FIELDS:
+            kw[f.name] = _coerce_list(f.name, kw.get(f.name), LIST_FIELDS[f.name], source)
+        elif f.name in kw and kw[f.name] is not None or f.name in REQUIRED_INTS:
             kw[f.name] = _coerce(f.name, kw.get(f.name), str(f.type), source)
-    num_layers = kw["num_hidden_layers"]
-    if not kw.get("layer_types"):
+        elif f.name in kw and "None" not in str(f.type):
+            del kw[f.name]  # null where a value belongs: as if absent, the default applies
+    if not kw["layer_types"]:
         interval = _coerce("full_attention_interval", raw.get("full_attention_interval", 4),
                            "int", source)
-        kw["layer_types"] = default_layer_types(num_layers, max(interval, 1))
-    if "head_dim" not in raw or raw["head_dim"] is None:
-        kw["head_dim"] = kw["hidden_size"] // int(raw.get("num_attention_heads", 1))
-    # RoPE: transformers 5 writes rope_parameters; older files rope_scaling + rope_theta.
+        if interval < 1:
+            raise _invalid("full_attention_interval", interval, source)
+        kw["layer_types"] = default_layer_types(kw["num_hidden_layers"], interval)
+    if kw.get("head_dim") is None:
+        kw.pop("head_dim", None)
+        heads = kw.get("num_attention_heads", 1)
+        if heads >= 1:  # else validate() names num_attention_heads
+            kw["head_dim"] = kw["hidden_size"] // heads
+    kw.update(_rope_fields(raw, source))
+    if model_type == "qwen3_5_text":
+        kw["num_experts"] = 0
+    if model_type == "qwen3_5_moe_text" and "norm_topk_prob" not in raw:
+        kw["norm_topk_prob"] = True  # Qwen3.5-MoE always re-normalises the top-k weights
+    kw["num_experts"] = kw.get("num_experts") or 0
+    kw["source_model_type"] = model_type
+    return kw
+
+
+def _rope_fields(raw: dict[str, Any], source: str) -> dict[str, float]:
+    """RoPE: transformers 5 writes rope_parameters; older files rope_scaling + rope_theta."""
     rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
     if not isinstance(rope, dict):
         raise CheckpointError(f"{source}: rope_parameters must be an object")
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", None):
         raise CheckpointError(f"{source}: rope_type {rope_type!r} is not supported")
-    kw["rope_theta"] = float(rope.get("rope_theta", raw.get("rope_theta", 10000.0)))
-    kw["partial_rotary_factor"] = float(
-        rope.get("partial_rotary_factor", raw.get("partial_rotary_factor", 0.25))
-    )
-    if model_type == "qwen3_5_text":
-        kw["num_experts"] = 0
-    if model_type == "qwen3_5_moe_text" and "norm_topk_prob" not in raw:
-        kw["norm_topk_prob"] = True  # Qwen3.5-MoE always re-normalises the top-k weights
-    kw["num_experts"] = int(kw.get("num_experts") or 0)
-    kw["mlp_only_layers"] = list(kw.get("mlp_only_layers") or [])
-    for key in ("eos_token_id", "pad_token_id", "bos_token_id", "mask_token_id"):
-        kw[key] = _first_int(kw.get(key))
-    kw["source_model_type"] = model_type
-    return kw
+    out = {}
+    for name, default in (("rope_theta", 10000.0), ("partial_rotary_factor", 0.25)):
+        out[name] = _coerce(name, rope.get(name, raw.get(name, default)), "float", source)
+    return out
