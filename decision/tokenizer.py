@@ -114,7 +114,9 @@ def token_bytes(tokenizer: Tokenizer) -> list[bytes | None]:
         t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special
     }
     vocab = tokenizer.get_vocab(with_added_tokens=True)
-    out: list[bytes | None] = [None] * tokenizer.get_vocab_size(with_added_tokens=True)
+    # by the largest id, not the count: a tokenizer's ids may have gaps (the engine then checks
+    # len(...) against the model's embedding rows)
+    out: list[bytes | None] = [None] * (max(vocab.values(), default=-1) + 1)
     for token, token_id in vocab.items():
         if token in specials:
             continue

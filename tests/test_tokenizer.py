@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -59,3 +60,17 @@ def test_rejects_tiny_vocab() -> None:
     with pytest.raises(DecisionInputError) as err:
         train_tokenizer(["a"], vocab_size=10)
     assert err.value.field == "vocab_size"
+
+
+def test_token_bytes_takes_ids_with_gaps(tok) -> None:
+    # sized by the token count, the table had no room for an id past it (an IndexError at the
+    # first request to a model whose tokenizer's ids have a gap)
+    from tokenizers import Tokenizer
+
+    data = json.loads(tok.to_str())
+    vocab = data["model"]["vocab"]
+    token = next(t for t, i in vocab.items() if i == max(vocab.values()))
+    vocab[token] = len(vocab) + 100
+    gapped = Tokenizer.from_str(json.dumps(data))
+    table = token_bytes(gapped)
+    assert len(table) == len(vocab) + 101 and table[len(vocab) + 100] is not None
