@@ -687,3 +687,66 @@ def test_player_export_is_checked_before_training(
     assert main(["--config", config, "--out-dir", "run2", "--export", "."]) == 0
     assert load_model(".", dtype=None).dtype == torch.bfloat16
     assert Path("notes").read_text() == "keep"
+
+
+def edited_player_config(tmp_path: Path, name: str, train: dict[str, Any] | None = None,
+                         **xiangqi: Any) -> Path:
+    """:func:`player_config` with ``train`` sections updated and ``xiangqi`` values set."""
+    raw = json.loads(player_config(tmp_path).read_text())
+    for section, values in (train or {}).items():
+        raw["train"].setdefault(section, {}).update(values)
+    raw["xiangqi"].update(xiangqi)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+@pytest.mark.parametrize(("key", "train", "other"), [
+    ("soft_targets", {"data": {"soft_option_loss_weight": 1.0}}, {}),
+    ("teacher_games", None, {"teacher_share": 0.5}),
+])
+def test_player_unreadable_inputs_are_refused_before_any_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str,
+    train: dict[str, Any] | None, other: dict[str, Any],
+) -> None:
+    """The soft-target and teacher files were read after tokenizer.json was written, so the
+    corrected rerun was refused: the directory "already holds a run"."""
+    from apps.xiangqi.train_player import main
+
+    missing = str(tmp_path / "no_such.jsonl.gz")
+    config = edited_player_config(tmp_path, "bad", train, **{key: missing}, **other)
+    assert main(["--config", str(config)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: cannot read") and missing in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_player_num_segments_must_number_its_questions(tmp_path: Path) -> None:
+    """A model.num_segments below the row's questions failed at the first step."""
+    config = edited_player_config(tmp_path, "aux", {"model": {"num_segments": 2}},
+                                  aux="reply", aux_share=0.5)
+    with pytest.raises(DecisionInputError, match="num_segments is 2: .* need 3"):
+        load_player_config(config)
+    load_player_config(edited_player_config(tmp_path, "no_aux", {"model": {"num_segments": 2}}))
+
+
+def test_player_resume_reports_changes_to_the_xiangqi_section(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The xiangqi section was not saved with the checkpoint: a resume with another seed or
+    mirror share said nothing, unlike a change to any other section."""
+    from apps.xiangqi.train_player import train
+
+    train(player_config(tmp_path))
+    saved = json.loads((tmp_path / "run" / "checkpoint" / "train_config.json").read_text())
+    assert saved["xiangqi"]["seed"] == 11 and saved["xiangqi"]["train_positions"] == 8
+    capsys.readouterr()
+    train(edited_player_config(tmp_path, "seed", {"run": {"max_steps": 3}}, seed=99,
+                               mirror_share=0.5), resume=True)
+    said = capsys.readouterr().err
+    assert "xiangqi.mirror_share 0.0 -> 0.5; xiangqi.seed 11 -> 99" in said
+    assert "xiangqi.mirror_share, xiangqi.seed changed: the rows of the steps" in said
+    train(edited_player_config(tmp_path, "val", {"run": {"max_steps": 4}}, seed=99,
+                               mirror_share=0.5, val_positions=3), resume=True)
+    said = capsys.readouterr().err
+    assert "xiangqi.val_positions 2 -> 3" in said and "rows of the steps" not in said

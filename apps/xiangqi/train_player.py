@@ -14,7 +14,9 @@ How a run starts comes from the recipe (:mod:`decision.train.recipe`): ``begin_r
 checks, then ``resume_point``: a fresh run refuses a directory that holds one, ``--resume`` a
 checkpoint without trainer state) and ``start_model`` (the checkpoint, ``--init-from``'s
 weights or a fresh ``build_model``); ``export`` (a bf16 copy of the checkpoint's model files
-that keeps the model card beside them) is our own.
+that keeps the model card beside them) is our own. Every file the run reads (games, soft
+targets, teacher games) is read before ``start_model`` writes the first one, and the ``xiangqi``
+section is saved with each checkpoint (``LoopHooks.sections``), so a resume reports its changes.
 """
 
 from __future__ import annotations
@@ -69,10 +71,20 @@ from decision.train.loop import (
     recover_checkpoint,
     train_loop,
 )
-from decision.train.recipe import TrainResult, begin_run, check_export_dest, start_model
+from decision.train.recipe import (
+    TrainResult,
+    begin_run,
+    check_export_dest,
+    check_num_segments,
+    start_model,
+)
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 MODEL_FILES = ("config.json", "tokenizer.json")
+# ``xiangqi`` keys that do not decide the training rows: validation, and the tokenizer (trained
+# only by a fresh run); a resume that changes any other says the rows change (resume_notes)
+NOT_DATA_KEYS = frozenset({"xiangqi.valid_games", "xiangqi.val_positions",
+                           "xiangqi.tokenizer_positions"})
 
 
 @dataclass
@@ -196,6 +208,7 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
     if xq.soft_targets and cfg.data.soft_option_loss_weight <= 0:
         raise DecisionInputError("xiangqi.soft_targets needs data.soft_option_loss_weight > 0",
                                  "xiangqi.soft_targets")
+    check_num_segments(cfg, 2 if xq.aux_share > 0 else 1)  # the move, and the aux question
     return cfg, xq
 
 
@@ -276,10 +289,12 @@ def master_refs(games: list[GameRecord], xq: XiangqiSection,
 
 
 def row_source(xq: XiangqiSection, games: list[GameRecord], tokenizer: Tokenizer,
-               soft_targets: dict[int, SoftTarget] | None = None) -> MoveRowSource:
+               soft_targets: dict[int, SoftTarget] | None = None,
+               taught: list[GameRecord] | None = None) -> MoveRowSource:
     """The run's training rows (a pure function of the config's ``xiangqi`` section, the
     training games and the tokenizer): what ``train`` feeds the loop and what
-    :mod:`apps.xiangqi.distil` labels row by row."""
+    :mod:`apps.xiangqi.distil` labels row by row. ``taught``: the ``teacher_games`` already
+    read (``train`` reads them before the run writes a file), else they are read here."""
     n_teacher = round(xq.teacher_share * xq.train_positions)
     book = None
     n_games = len(games)
@@ -299,7 +314,7 @@ def row_source(xq: XiangqiSection, games: list[GameRecord], tokenizer: Tokenizer
         log(f"openings: {draws.openings} of {len(refs)} master draws from "
             f"plies < {xq.opening_plies}")
     if xq.teacher_games:
-        taught = load_games(xq.teacher_games)
+        taught = load_games(xq.teacher_games) if taught is None else taught
         log(f"teacher: {len(taught)} labelled positions from {xq.teacher_games}, "
             f"{n_teacher} of {xq.train_positions} draws")
         refs = mixed_positions(
@@ -334,16 +349,18 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     games = load_games(xq.train_games)
     valid = load_games(xq.valid_games)
     log(f"games: {len(games)} train, {len(valid)} valid in {time.monotonic() - t0:.1f} s")
-    model, state = start_model(cfg, out, resume_from, init_from,
-                               lambda: build_tokenizer(games, cfg, xq))
-    n_params = sum(p.numel() for p in model.parameters())
-    log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
+    # every file the run reads, read before start_model writes its first (tokenizer.json)
+    taught = load_games(xq.teacher_games) if xq.teacher_games else None
     soft_targets = None
     if xq.soft_targets:
         soft_targets = load_soft_targets(xq.soft_targets)
         log(f"soft targets: {len(soft_targets)} rows from {xq.soft_targets}, "
             f"weight {cfg.data.soft_option_loss_weight:g}")
-    source = row_source(xq, games, model.tokenizer, soft_targets)
+    model, state = start_model(cfg, out, resume_from, init_from,
+                               lambda: build_tokenizer(games, cfg, xq))
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
+    source = row_source(xq, games, model.tokenizer, soft_targets, taught)
     if xq.aux_share:
         log(f"auxiliary question {xq.aux!r} on {xq.aux_share:.0%} of the master rows")
     if xq.sound_depth:
@@ -366,8 +383,10 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         return record
 
     ids = special_ids(model.tokenizer)
+    # the xiangqi section is saved with the checkpoint and compared on resume, as cfg is
     hooks = LoopHooks(rows=source.row, pad_token_id=ids.pad, mask_token_id=ids.mask,
-                      validate=validate, log=log)
+                      validate=validate, log=log, sections={"xiangqi": dataclasses.asdict(xq)},
+                      not_data_keys=NOT_DATA_KEYS)
     result = train_loop(model, cfg, hooks, out, resume_state=state, max_steps=max_steps,
                         max_minutes=max_minutes)
     log(f"done: step {result.step}, {result.stopped_because}")

@@ -11,6 +11,8 @@ import json
 import math
 import re
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,17 +215,51 @@ def _as_float(value: Any) -> Any:
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON/TOML value has the type of a ``DecisionConfig`` field: an int is an int
+    and no bool (``True`` is an int to Python), a float may be an int, a list is a list of
+    its items' type. Sizes of another type (``32.0``) crashed deep in torch with a TypeError."""
+    if hint is Any:
+        return True
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, list) and all(_fits(v, item) for v in value)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    """A field type as the errors name it: ``int``, ``list of str``, ``float or null``."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is list:
+        return "a list of " + " or ".join(_type_name(a) for a in typing.get_args(hint))
+    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
+
+
 def _check_model(fields: dict[str, Any]) -> None:
     """The [model] section: ``DecisionConfig`` field names, with values it accepts."""
     from decision.errors import CheckpointError
     from decision.model.config import DecisionConfig
 
+    hints = typing.get_type_hints(DecisionConfig)
     known = {f.name for f in dataclasses.fields(DecisionConfig)} - {"source_model_type"}
-    for key in fields:
+    for key, value in fields.items():
         if key not in known:
             raise DecisionInputError(
                 f"unknown key {key!r} in config section [model]; known: {sorted(known)}",
                 f"model.{key}",
+            )
+        if not _fits(value, hints[key]):
+            raise DecisionInputError(
+                f"model.{key} must be {_type_name(hints[key])}, got {value!r}", f"model.{key}"
             )
     try:
         DecisionConfig(**fields)

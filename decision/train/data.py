@@ -289,6 +289,17 @@ def curriculum_level(step: int, cfg: TrainConfig, rng: random.Random) -> int:
 FOCUS_SCAN = 64  # groups a focus row looks through for a question of a focus type
 
 
+def check_focus_qtypes(cfg: TrainConfig) -> None:
+    """Refuse a ``data.focus_qtypes`` entry that is no contract question type (a typo would
+    never draw a focus row); checked by the recipe before the run writes any file."""
+    unknown = sorted(set(cfg.data.focus_qtypes) - set(SCHEMAS))
+    if unknown:
+        raise DecisionInputError(
+            f"data.focus_qtypes has unknown question types {unknown}; known: {sorted(SCHEMAS)}",
+            "data.focus_qtypes",
+        )
+
+
 class RowSource:
     """Deterministic stream of training rows: ``row(i)`` depends only on (run seed, i)."""
 
@@ -298,12 +309,7 @@ class RowSource:
         d = cfg.data
         total = d.p_joint + d.p_standalone + d.p_document
         self.cuts = (d.p_joint / total, (d.p_joint + d.p_standalone) / total)
-        unknown = sorted(set(d.focus_qtypes) - set(SCHEMAS))
-        if unknown:
-            raise DecisionInputError(
-                f"data.focus_qtypes has unknown question types {unknown}; known: {sorted(SCHEMAS)}",
-                "data.focus_qtypes",
-            )
+        check_focus_qtypes(cfg)
         self.focus = frozenset(d.focus_qtypes)
 
     def row(self, index: int) -> Row:

@@ -83,6 +83,12 @@ class LoopHooks:
     mask_token_id: int
     validate: Callable[[TrainableModel, int], dict[str, Any]] | None = None
     log: Callable[[str], None] = field(default=lambda s: print(s, file=sys.stderr, flush=True))
+    # The task's own config sections (the Xiangqi driver's ``xiangqi``: name -> JSON-ready
+    # values), saved in train_config.json beside the TrainConfig's and compared on resume; a
+    # change to any of their keys but ``not_data_keys`` ("xiangqi.val_positions") is a data
+    # change (resume_notes).
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    not_data_keys: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -145,6 +151,35 @@ def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
     return f
 
 
+def group_specs(scaled_lr_params: Sequence[str]) -> list[tuple[bool, bool]]:
+    """``(scaled, decays)`` of each AdamW group, in :func:`make_optimizer`'s order: scaled
+    groups only when ``optim.scaled_lr_params`` names some."""
+    scaled = (False, True) if scaled_lr_params else (False,)
+    return [(s, decays) for s in scaled for decays in (True, False)]
+
+
+def grouped_params(
+    model: TrainableModel, scaled_lr_params: Sequence[str]
+) -> list[list[tuple[str, torch.nn.Parameter]]]:
+    """The trainable ``(name, parameter)`` pairs of each group of :func:`group_specs`: a name
+    containing one of ``scaled_lr_params`` is scaled, a matrix (dim >= 2) decays."""
+    groups: dict[tuple[bool, bool], list[tuple[str, torch.nn.Parameter]]] = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            scaled = any(part in name for part in scaled_lr_params)
+            groups.setdefault((scaled, p.dim() >= 2), []).append((name, p))
+    return [groups.get(spec, []) for spec in group_specs(scaled_lr_params)]
+
+
+def group_settings(cfg: TrainConfig) -> list[dict[str, Any]]:
+    """Each group's base ``lr`` (``optim.lr``, times ``scaled_lr_factor`` in a scaled group),
+    ``weight_decay`` (none on vectors) and ``betas``, as the config sets them."""
+    o = cfg.optim
+    return [{"lr": o.lr * (o.scaled_lr_factor if scaled else 1.0),
+             "weight_decay": o.weight_decay if decays else 0.0, "betas": o.betas}
+            for scaled, decays in group_specs(o.scaled_lr_params)]
+
+
 def make_optimizer(
     model: TrainableModel, cfg: TrainConfig
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
@@ -152,21 +187,68 @@ def make_optimizer(
     parameters named in ``optim.scaled_lr_params`` get their own groups at ``lr *
     scaled_lr_factor`` (the schedule scales every group alike). Without them the two groups are
     what they always were, so older checkpoints resume."""
-    o = cfg.optim
-    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            scaled = any(part in name for part in o.scaled_lr_params)
-            groups.setdefault((scaled, p.dim() >= 2), []).append(p)
     param_groups = [
-        {"params": groups.get((scaled, decays), []),
-         "weight_decay": o.weight_decay if decays else 0.0,
-         "lr": o.lr * (o.scaled_lr_factor if scaled else 1.0)}
-        for scaled in ((False, True) if o.scaled_lr_params else (False,))
-        for decays in (True, False)
+        {"params": [p for _, p in params], **settings}
+        for params, settings in zip(grouped_params(model, cfg.optim.scaled_lr_params),
+                                    group_settings(cfg), strict=True)
     ]
-    opt = torch.optim.AdamW(param_groups, lr=o.lr, betas=o.betas)
+    opt = torch.optim.AdamW(param_groups, lr=cfg.optim.lr, betas=cfg.optim.betas)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
+
+
+def check_group_layout(model: TrainableModel, cfg: TrainConfig,
+                       saved: dict[str, Any] | None, ckpt: Path) -> None:
+    """Refuse a resume whose ``optim.scaled_lr_params`` put the parameters in other optimiser
+    groups than the checkpoint's config (``saved``, its train_config.json) did: AdamW's moments
+    are stored per group position, so they would land on other parameters, or torch refuses
+    the state with a traceback. None (no saved config): the load's own check is all there is."""
+    optim = saved.get("optim") if isinstance(saved, dict) else None
+    if not isinstance(optim, dict):
+        return
+    was = optim.get("scaled_lr_params", [])  # older configs: no scaled groups
+    if not isinstance(was, list) or not all(isinstance(n, str) for n in was):
+        return
+
+    def names(scaled_lr_params: Sequence[str]) -> list[list[str]]:
+        return [[n for n, _ in group] for group in grouped_params(model, scaled_lr_params)]
+
+    now = list(cfg.optim.scaled_lr_params)
+    if names(was) != names(now):
+        raise group_layout_error(ckpt, f"optim.scaled_lr_params {now!r} groups the parameters "
+                                       f"otherwise than the checkpoint's {was!r}")
+
+
+def group_layout_error(ckpt: Path, why: str) -> DecisionInputError:
+    """The one-line error of a resume whose optimiser groups differ from the checkpoint's."""
+    return DecisionInputError(
+        f"cannot resume: {why}, so the checkpoint's optimiser state does not fit; keep its "
+        f"optim.scaled_lr_params, or start a new run from its weights with --init-from {ckpt} "
+        "and another --out-dir", "optim.scaled_lr_params",
+    )
+
+
+def load_optimizer(
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LambdaLR,
+    state: dict[str, Any],
+    cfg: TrainConfig,
+    ckpt: Path,
+) -> None:
+    """Load the checkpoint's optimiser and scheduler state, then put the config's values on
+    them: torch's load brings back the saved lr, betas, weight decay and base rates, and the
+    run would go on with the old recipe although the log says it takes the new one. The
+    moments and the step count stay the checkpoint's; each group's rate becomes its new base
+    times the schedule at the current step, so the first resumed step already follows it."""
+    try:
+        opt.load_state_dict(state["optimizer"])
+    except ValueError as exc:  # another number or size of groups
+        raise group_layout_error(ckpt, f"the optimiser groups differ ({exc})") from None
+    sched.load_state_dict(state["scheduler"])
+    for group, settings, scale in zip(opt.param_groups, group_settings(cfg), sched.lr_lambdas,
+                                      strict=True):
+        group.update(settings, initial_lr=settings["lr"],
+                     lr=settings["lr"] * scale(sched.last_epoch))
+    sched.base_lrs = [group["initial_lr"] for group in opt.param_groups]
 
 
 def batch_loss(
@@ -314,8 +396,10 @@ def save_checkpoint(
     elapsed_s: float,
     evals: list[dict[str, Any]],
     cfg: TrainConfig,
+    sections: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
-    """Write ``out_dir/checkpoint`` atomically (write a temp dir, then rename over the old one)."""
+    """Write ``out_dir/checkpoint`` atomically (write a temp dir, then rename over the old one);
+    its train_config.json holds ``cfg`` and the task's own ``sections`` (LoopHooks.sections)."""
     final = out_dir / CHECKPOINT_DIR
     tmp = out_dir / CHECKPOINT_TMP
     if tmp.exists():
@@ -334,7 +418,7 @@ def save_checkpoint(
         },
         tmp / STATE_FILE,
     )
-    (tmp / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    (tmp / "train_config.json").write_text(json.dumps(saved_config(cfg, sections), indent=2))
     _fsync_dir_files(tmp)  # on disk before the rename publishes it (a crash keeps whole files)
     old = out_dir / CHECKPOINT_OLD
     if final.exists():
@@ -389,17 +473,38 @@ def recover_checkpoint(out_dir: Path) -> Path:
     return final
 
 
-def config_changes(saved_path: Path, cfg: TrainConfig) -> dict[str, tuple[Any, Any]]:
-    """``{key: (saved, now)}`` for each setting that differs from the checkpoint's saved config
-    (``'(unset)'`` on the side that lacks the key), keys sorted: resuming with an edited config
-    (a re-aimed schedule, another batch size) is allowed, but the log says so
-    (:func:`resume_notes`) instead of silently mixing two recipes."""
+def saved_config(cfg: TrainConfig, sections: dict[str, dict[str, Any]] | None = None
+                 ) -> dict[str, Any]:
+    """What train_config.json holds: ``cfg``'s sections, then the task's own ``sections``."""
+    out = cfg.to_dict()
+    clash = set(out) & set(sections or {})
+    if clash:
+        raise ValueError(f"task config sections {sorted(clash)} clash with TrainConfig's")
+    return {**out, **(sections or {})}
+
+
+def read_saved_config(saved_path: Path) -> dict[str, Any] | None:
+    """A checkpoint's train_config.json, or None when it is missing (checkpoints older than
+    it) or not a JSON object (edited by hand?): nothing to compare with."""
     try:
         saved = json.loads(saved_path.read_text())
     except (OSError, ValueError):
-        return {}  # checkpoints older than train_config.json: nothing to compare with
-    if not isinstance(saved, dict):
-        return {}  # not a config (edited by hand?): nothing to compare with either
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def config_changes(saved_path: Path, cfg: TrainConfig,
+                   sections: dict[str, dict[str, Any]] | None = None
+                   ) -> dict[str, tuple[Any, Any]]:
+    """``{key: (saved, now)}`` for each setting that differs from the checkpoint's saved config
+    (``'(unset)'`` on the side that lacks the key), keys sorted: resuming with an edited config
+    (a re-aimed schedule, another batch size) is allowed, but the log says so
+    (:func:`resume_notes`) instead of silently mixing two recipes. The task's ``sections`` are
+    compared too, bar one the saved file lacks whole (saved before it was kept)."""
+    saved = read_saved_config(saved_path)
+    if saved is None:
+        return {}
+    sections = {name: values for name, values in (sections or {}).items() if name in saved}
 
     def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -411,7 +516,7 @@ def config_changes(saved_path: Path, cfg: TrainConfig) -> dict[str, tuple[Any, A
         return out
 
     # through JSON as the saved file went, so tuples compare equal to the lists read back
-    before, now = flat(saved), flat(json.loads(json.dumps(cfg.to_dict())))
+    before, now = flat(saved), flat(json.loads(json.dumps(saved_config(cfg, sections))))
     return {
         key: (before.get(key, "(unset)"), now.get(key, "(unset)"))
         for key in sorted(before.keys() | now.keys())
@@ -419,18 +524,28 @@ def config_changes(saved_path: Path, cfg: TrainConfig) -> dict[str, tuple[Any, A
     }
 
 
-def resume_notes(saved_path: Path, cfg: TrainConfig) -> list[str]:
+def resume_notes(saved_path: Path, cfg: TrainConfig,
+                 sections: dict[str, dict[str, Any]] | None = None,
+                 not_data_keys: frozenset[str] = frozenset()) -> list[str]:
     """The log lines of a run resumed with a config that differs from its checkpoint's
     (``saved_path``, its train_config.json): each change as ``key saved -> now``, then, when a
-    change touches which rows the steps take (``DATA_KEYS``, ``data.*`` bar ``data.val_groups``),
-    the keys that do; no line for an unchanged config."""
-    changed = config_changes(saved_path, cfg)
+    change touches which rows the steps take (``DATA_KEYS``, ``data.*`` bar ``data.val_groups``,
+    the task's ``sections`` bar ``not_data_keys``), the keys that do; no line for an unchanged
+    config. A task section the saved file lacks gets a line saying its changes are unknown."""
+    saved = read_saved_config(saved_path)
+    notes = [f"the checkpoint's train_config.json has no [{name}] section (saved before it was "
+             "kept): changes to it since are not known"
+             for name in sections or {} if saved is not None and name not in saved]
+    changed = config_changes(saved_path, cfg, sections)
     if not changed:
-        return []
-    notes = ["the config differs from the checkpoint's (the run goes on with the new values): "
-             + "; ".join(f"{key} {was!r} -> {now!r}" for key, (was, now) in changed.items())]
+        return notes
+    notes.append("the config differs from the checkpoint's (the run goes on with the new "
+                 "values): "
+                 + "; ".join(f"{key} {was!r} -> {now!r}" for key, (was, now) in changed.items()))
+    task = tuple(f"{name}." for name in sections or {})
     data = [k for k in changed if k in DATA_KEYS
-            or (k.startswith("data.") and k != "data.val_groups")]
+            or (k.startswith("data.") and k != "data.val_groups")
+            or (k.startswith(task) and k not in not_data_keys)]
     if data:
         notes.append(f"{', '.join(data)} changed: the rows of the steps from here on are not "
                      "those the checkpoint's config would have drawn (the masking noise goes on "
@@ -480,17 +595,19 @@ def train_loop(
     opt, sched = make_optimizer(model, cfg)
     gen = torch.Generator().manual_seed(cfg.run.seed)
     step, prior_s, evals = 0, 0.0, []
+    ckpt = out_dir / CHECKPOINT_DIR
     if resume_state is None:
         torch.manual_seed(cfg.run.seed)
     else:
-        opt.load_state_dict(resume_state["optimizer"])
-        sched.load_state_dict(resume_state["scheduler"])
+        check_group_layout(model, cfg, read_saved_config(ckpt / "train_config.json"), ckpt)
+        load_optimizer(opt, sched, resume_state, cfg, ckpt)
         gen.set_state(resume_state["mask_generator"])
         torch.set_rng_state(resume_state["torch_rng"])
         step, prior_s = resume_state["step"], resume_state["elapsed_s"]
         evals = list(resume_state["evals"])
         hooks.log(f"resumed at step {step} ({prior_s / 60:.1f} min trained before)")
-        for note in resume_notes(out_dir / CHECKPOINT_DIR / "train_config.json", cfg):
+        for note in resume_notes(ckpt / "train_config.json", cfg, hooks.sections,
+                                 hooks.not_data_keys):
             hooks.log(note)
 
     hooks.log(f"training on {device}" + (f", {cfg.run.threads} CPU threads"
@@ -505,7 +622,8 @@ def train_loop(
 
     def checkpoint() -> None:
         save_checkpoint(
-            out_dir, model, opt, sched, gen, step, prior_s + time.monotonic() - t0, evals, cfg
+            out_dir, model, opt, sched, gen, step, prior_s + time.monotonic() - t0, evals, cfg,
+            hooks.sections,
         )
 
     stop_signal: list[int] = []

@@ -7,6 +7,7 @@ reads, plus ``trainer_state.pt`` and ``train_config.json``), ``tokenizer.json`` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -22,9 +23,9 @@ import torch
 from tokenizers import Tokenizer
 
 from decision.errors import CheckpointError, DecisionInputError
-from decision.tokenizer import special_ids, train_tokenizer
+from decision.tokenizer import MAX_QUESTIONS, special_ids, train_tokenizer
 from decision.train.config import TrainConfig, check_max_steps, check_minutes
-from decision.train.data import RowSource, ValidationSet, tokenizer_corpus
+from decision.train.data import RowSource, ValidationSet, check_focus_qtypes, tokenizer_corpus
 from decision.train.loop import (
     CHECKPOINT_DIR,
     CHECKPOINT_OLD,
@@ -113,10 +114,32 @@ RUN_FILES = (CHECKPOINT_DIR, CHECKPOINT_TMP, CHECKPOINT_OLD, "tokenizer.json",
              "evals.jsonl")
 
 
+def check_num_segments(cfg: TrainConfig, questions: int) -> None:
+    """Refuse a ``model.num_segments`` that cannot number the rows of up to ``questions``
+    questions (segment 0 the document, one per question): such a run failed at the first row
+    that needs more, after it had written its tokenizer (and maybe checkpoints)."""
+    from decision.model.config import DecisionConfig
+
+    default = {f.name: f.default for f in dataclasses.fields(DecisionConfig)}["num_segments"]
+    have = cfg.model.fields.get("num_segments", default)
+    if have < questions + 1:
+        raise DecisionInputError(
+            f"model.num_segments is {have}: rows of up to {questions} questions need "
+            f"{questions + 1} (the document and one segment a question)", "model.num_segments",
+        )
+
+
 def check_no_run(out: Path) -> None:
     """Refuse a fresh run (no ``--resume``) in a directory that already holds one: it would
-    overwrite the run's checkpoint and tokenizer and append to its evals.jsonl."""
+    overwrite the run's checkpoint and tokenizer and append to its evals.jsonl.
+
+    A lone ``tokenizer.json`` (no checkpoint, no evals.jsonl) is no run: a run that failed
+    before its first checkpoint left it, no weights were trained over it, and nothing reads it
+    back (a resume takes the checkpoint's own tokenizer), so the new run replaces it."""
     held = [name for name in RUN_FILES if (out / name).exists()]
+    if held == ["tokenizer.json"]:
+        log(f"{out / 'tokenizer.json'} is from a run that left no checkpoint: it is replaced")
+        return
     if held:
         raise DecisionInputError(
             f"{out} already holds a run ({', '.join(held)}): continue it with --resume, or "
@@ -206,6 +229,8 @@ def train(
             f"data.task is {cfg.data.task!r}: this recipe trains 'contracts' (the Xiangqi player "
             "trains with python -m apps.xiangqi.train_player)", "data.task",
         )
+    check_focus_qtypes(cfg)  # the config's task-specific checks, before any file is written
+    check_num_segments(cfg, MAX_QUESTIONS)  # a contract group asks up to MAX_QUESTIONS
     resume_from = begin_run(cfg, resume, max_minutes, max_steps)
     out = Path(cfg.run.out_dir)
 
