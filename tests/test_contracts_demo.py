@@ -296,6 +296,22 @@ def test_check_route_flags_the_broken_pair(client: TestClient) -> None:
     assert {c["status"] for c in odd["checks"]} == {"skipped"}  # none counted as kept
 
 
+@pytest.mark.parametrize("answers", [
+    {"owed": 1, "late": 10**400, "fee": 0.5},  # OverflowError: a 500
+    {"owed": 1, "late": 10**4000, "fee": 10**4000},  # a product past 4,300 digits: a 500
+    {"owed": float("inf"), "late": 2, "fee": 3},
+])
+def test_check_route_skips_numbers_no_answer_gives(client: TestClient, answers: dict) -> None:
+    import json
+
+    body = json.dumps({"preset": "services", "answers": answers}, allow_nan=True)
+    out = client.post("/api/contracts/check", content=body,
+                      headers={"content-type": "application/json"})
+    assert out.status_code == 200, out.text
+    total = next(c for c in out.json()["checks"] if c["rule"] == "total-fees")
+    assert total["status"] == "skipped" and "10^18" in total["detail"]
+
+
 @pytest.mark.parametrize(("body", "field"), [
     ({"preset": "nope", "answers": {}}, "preset"),
     ({"preset": "lease"}, "answers"),

@@ -97,6 +97,11 @@ def test_a_malformed_document_is_one_clear_error(tmp_path: Path,
         "label": ({"id": 4, "text": "x", "annotation_sets": [{"annotations": {
             "nda-1": {"choice": "Entailed", "spans": []}}}]}, "label 'Entailed' of nda-1"),
         "annotations": ({"id": 5, "text": "x"}, "annotation_sets"),
+        # an annotation of a hypothesis the labels lack was dropped without a word
+        "unknown": ({"id": 6, "text": "x", "annotation_sets": [{"annotations": {
+            "nda-1": {"choice": "Entailment", "spans": []},
+            "nda-99": {"choice": "Entailment", "spans": []}}}]},
+            "annotates nda-99, which the file's labels do not define"),
     }
     for name, (document, message) in cases.items():
         path = tmp_path / f"{name}.json"
@@ -106,3 +111,15 @@ def test_a_malformed_document_is_one_clear_error(tmp_path: Path,
         assert info.value.field == f"documents[0] (id {document['id']})"
         assert main([str(path), "--out", str(tmp_path / "x.csv")]) == 2
         assert f"documents[0] (id {document['id']})" in capsys.readouterr().err
+
+
+def test_unannotated_pairs_are_counted_and_an_unwritable_out_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _fixture(tmp_path)  # 2 agreements x 3 hypotheses, 4 of them annotated
+    assert main([str(path), "--out", str(tmp_path / "out.csv")]) == 0
+    assert "note: 2 of the 6 agreement-hypothesis pairs have no annotation" in (
+        capsys.readouterr().err)
+    (tmp_path / "a-folder.csv").mkdir()  # was an IsADirectoryError traceback
+    assert main([str(path), "--out", str(tmp_path / "a-folder.csv")]) == 2
+    assert "error: cannot write" in capsys.readouterr().err

@@ -101,6 +101,10 @@ def _document_questions(doc: Any, index: int, labels: dict[str, Any],
         if not isinstance(doc["text"], str):
             raise TypeError("text is not a string")
         annotations = doc["annotation_sets"][0]["annotations"]
+        unknown = sorted(set(annotations) - set(labels))
+        if unknown:  # were dropped without a word
+            raise DecisionInputError(f"{where}: annotates {', '.join(unknown)}, which the "
+                                     "file's labels do not define", where)
         questions = []
         for key in (k for k in order if k in annotations):
             choice = annotations[key]["choice"]
@@ -153,9 +157,22 @@ def main(argv: list[str] | None = None) -> int:
     except DecisionInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"wrote {rows} questions in {len(groups)} groups over {documents} agreements to "
           f"{args.out}", file=sys.stderr)
+    pairs = _pairs(args.input)
+    if pairs > rows:
+        print(f"note: {pairs - rows} of the {pairs} agreement-hypothesis pairs have no "
+              "annotation and are left out", file=sys.stderr)
     return 0
+
+
+def _pairs(path: str | Path) -> int:
+    """Agreements times hypotheses of a ContractNLI file (read already by ``load_groups``)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return len(data["documents"]) * len(data["labels"])
 
 
 if __name__ == "__main__":

@@ -190,8 +190,25 @@ def same_value(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+# No answer schema gives a number beyond 10**18 (an integer answer's widest bounds) or one that
+# is not finite: a rule does not read such a value (its product overflows, its text can exceed
+# Python's 4,300 digits), it is skipped as not a number.
+LARGEST_NUMBER = 10**18
+
+
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return abs(value) <= LARGEST_NUMBER  # False for nan; inf is above it
+
+
+def _not_a_number(name: str, value: Any) -> str:
+    """Why ``value`` is not a number a rule reads (without printing a huge integer whole)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > LARGEST_NUMBER:
+        return f"{name} is an integer beyond 10^18, which no answer gives"
+    if isinstance(value, float) and (value != value or abs(value) > LARGEST_NUMBER):
+        return f"{name} = {value!r} is not a finite number within 10^18"
+    return f"{name} = {value!r} is not a number"
 
 
 def show_value(value: Any) -> str:
@@ -261,7 +278,7 @@ def _check_verdict(rule: Verdict, answers: Mapping[str, Any]) -> RuleCheck:
     left, right = _operand(answers, rule.left), _operand(answers, rule.right)
     for name, value in ((rule.left, left), (str(rule.right), right)):
         if not _is_number(value):
-            return _skip(rule, f"{name} = {value!r} is not a number")
+            return _skip(rule, _not_a_number(name, value))
     if type(verdict) is not type(rule.if_true):
         return _skip(rule, f"{rule.question} = {verdict!r} is not an answer this rule reads "
                            "(answer type changed?)")
@@ -279,7 +296,7 @@ def _check_equation(rule: Equation, answers: Mapping[str, Any]) -> RuleCheck:
     values = [answers[q] for q in (rule.result, *rule.operands)]
     for q, value in zip((rule.result, *rule.operands), values, strict=True):
         if not _is_number(value):
-            return _skip(rule, f"{q} = {value!r} is not a number")
+            return _skip(rule, _not_a_number(q, value))
     result, a, b = values
     expected = ARITHMETIC[rule.op](a, b)
     detail = (f"{rule.result} = {result}, {rule.operands[0]} {rule.op} {rule.operands[1]} = "

@@ -352,7 +352,8 @@ function modeCard(mode, result, expected) {
   const steps = `${result.steps} denoising step${result.steps === 1 ? "" : "s"}`;
   card.appendChild(el("div", "stats",
     `${steps} · ${result.tokens_per_forward.toFixed(1)} tokens/forward`));
-  const phases = ["prefill", "denoise", "sampler"].filter((k) => k in result.timings)
+  const phases = ["prefill", "denoise", "sampler", "constraint"]
+    .filter((k) => k in result.timings)
     .map((k) => `${k} ${Math.round(result.timings[k])}`).join(" · ");
   if (phases) card.appendChild(el("div", "phases", `${phases} ms`));
   const broken = result.checks.filter((c) => c.status === "broken").length;
