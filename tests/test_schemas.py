@@ -236,12 +236,30 @@ def test_oversized_choice_slot_refused(ctx) -> None:
         ({"type": "string", "enum": ["a", 1]}, "q.schema.type"),
         ({"type": "integer", "const": True}, "q.schema.type"),
         ({"enum": [1, 2], "const": 3}, "q.schema"),
+        # outlines-core puts keys unescaped into the regex: the answer did not parse ('a"b')
+        # or parsed to another key ('a\\b' as a + backspace)
+        ({"type": "object", "properties": {'a"b': {"type": "boolean"}}}, "q.schema.properties"),
+        ({"type": "object", "properties": {"a\\b": {"type": "boolean"}}},
+         "q.schema.properties"),
+        ({"type": "object", "properties": {"a\nb": {"type": "boolean"}}}, "q.schema.properties"),
+        ({"enum": [{'k"': 1}]}, "q.schema.enum"),
+        ({"const": [{"x": {"\\u0041": 1}}]}, "q.schema.const"),
+        # and writes integers beyond 64 bits as floats (1e+30), no longer the enum's value
+        ({"enum": [10**30]}, "q.schema.enum"),
+        ({"const": 2**63}, "q.schema.const"),
+        ({"const": {"n": [-(2**63) - 1]}}, "q.schema.const"),
     ],
 )
 def test_json_schema_errors_name_the_keyword(ctx, schema, field) -> None:
     with pytest.raises(SchemaError) as err:
         compile_answer(JsonAnswer(schema=schema), ctx, "q")
     assert err.value.field == field and err.value.message
+
+
+def test_json_keys_and_integers_a_regex_gives_back_are_accepted(ctx) -> None:
+    for schema in ({"type": "object", "properties": {"é k-1": {"type": "boolean"}}},
+                   {"enum": ['a"b', "c\\d", {"k": 'q"'}, 2**63 - 1, -(2**63)]}):
+        compile_answer(JsonAnswer(schema=schema), ctx, "q")
 
 
 def test_json_enum_with_its_type_accepted(ctx) -> None:

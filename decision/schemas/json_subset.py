@@ -60,6 +60,8 @@ def check_schema(schema: Any, field: str, depth: int = 0) -> None:
         # the regex is the enum alone: a const or type beside it would go unenforced
         if "enum" in schema and "const" in schema:
             raise SchemaError("give enum or const, not both", field)
+        for value in values:
+            _check_literal(value, f"{field}.enum" if "enum" in schema else f"{field}.const")
         if "type" in schema and not all(_of_type(v, schema["type"]) for v in values):
             raise SchemaError(
                 f"every enum/const value must be of the schema's type {schema['type']!r}",
@@ -92,11 +94,44 @@ def check_schema(schema: Any, field: str, depth: int = 0) -> None:
         ):
             raise SchemaError("'required' must list defined properties", f"{field}.required")
         for name, sub in properties.items():
+            _check_name(name, f"{field}.properties")
             check_schema(sub, f"{field}.properties.{name}", depth + 1)
     elif kind == "array":
         if "items" not in schema:
             raise SchemaError("arrays need 'items'", f"{field}.items")
         check_schema(schema["items"], f"{field}.items", depth + 1)
+
+
+# outlines-core writes an enum/const integer beyond 64 bits as a float (1e+30), which is no
+# longer the enum's value
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _check_name(name: str, field: str) -> None:
+    """Refuse an object key JSON must escape (a quote, a backslash, a control character):
+    outlines-core puts keys into the regex unescaped, so the answer would not parse or would
+    parse to another key (``a\\b`` read as ``a`` + backspace)."""
+    if any(ch in '"\\' or ord(ch) < 0x20 for ch in name):
+        raise SchemaError(f"property name {name!r} holds a character JSON escapes (a quote, a "
+                          "backslash or a control character), which is not supported", field)
+
+
+def _check_literal(value: Any, field: str) -> None:
+    """Refuse an enum/const value the regex cannot give back as itself: an object key JSON
+    escapes, or an integer beyond 64 bits (anywhere inside the value)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str | float):
+        return
+    if isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise SchemaError(f"integer {value} in enum/const is beyond 64 bits, which is not "
+                              "supported", field)
+    elif isinstance(value, list):
+        for item in value:
+            _check_literal(item, field)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_name(key, field)
+            _check_literal(item, field)
 
 
 def _of_type(value: Any, kind: Any) -> bool:
