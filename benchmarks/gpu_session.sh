@@ -33,8 +33,8 @@ if [ "$part" = prepare ]; then
   # the master games and the cache of training-position keys (the "unseen" split of agreement)
   mkdir -p .xqdata
   cp ../shared/data/xiangqi/*.jsonl.gz .xqdata/ || exit 1
-  [ -f runs/xiangqi-train-keys.npy ] || .venv/bin/python -m apps.xiangqi.evaluate keys
-  cp runs/xiangqi-train-keys.npy .xqdata/
+  [ -f runs/xiangqi-train-keys.npy.source.json ] || .venv/bin/python -m apps.xiangqi.evaluate keys
+  cp runs/xiangqi-train-keys.npy runs/xiangqi-train-keys.npy.source.json .xqdata/
   du -sh .whl .xqdata
   exit 0
 fi

@@ -750,3 +750,29 @@ def test_player_resume_reports_changes_to_the_xiangqi_section(
                                mirror_share=0.5, val_positions=3), resume=True)
     said = capsys.readouterr().err
     assert "xiangqi.val_positions 2 -> 3" in said and "rows of the steps" not in said
+
+
+def test_the_training_keys_cache_is_read_only_for_its_own_games(
+    games: list[GameRecord], tmp_path: Path
+) -> None:
+    """The cache was read whatever games file was named: another training set's "unseen" split
+    came out of it without a word."""
+    import gzip
+
+    from apps.xiangqi.evaluate import cached_training_keys
+
+    def write(name: str, records: list[GameRecord]) -> Path:
+        path = tmp_path / name
+        with gzip.open(path, "wt", encoding="utf-8") as handle:
+            for g in records:
+                handle.write(json.dumps({"start_fen": g.start_fen, "moves": list(g.moves),
+                                         "category": g.category, "result": g.result}) + "\n")
+        return path
+
+    a, b = write("a.jsonl.gz", games[:1]), write("b.jsonl.gz", games[1:3])
+    cache = tmp_path / "keys.npy"
+    assert cached_training_keys(a, cache) == training_keys(games[:1])
+    assert cached_training_keys(b, cache) == training_keys(games[1:3])  # not a's keys
+    assert cached_training_keys(b, cache) == training_keys(games[1:3])  # read back
+    Path(f"{cache}.source.json").unlink()  # a cache without its record (older ones)
+    assert cached_training_keys(a, cache) == training_keys(games[:1])

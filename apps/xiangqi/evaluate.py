@@ -23,6 +23,7 @@ with ``decide_many`` (:class:`BatchingModel`): each game runs in its own thread 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import queue
 import sys
@@ -165,15 +166,25 @@ def training_keys(games: Iterable[GameRecord]) -> set[int]:
 
 
 def cached_training_keys(games_path: str | Path, cache: str | Path | None) -> set[int]:
-    """:func:`training_keys`, stored as a sorted uint64 ``.npy`` at ``cache`` once computed."""
+    """:func:`training_keys`, stored as a sorted uint64 ``.npy`` at ``cache`` once computed,
+    with the SHA-256 of the games file beside it (``CACHE.source.json``): a cache of other games
+    (or one without that record) is computed again, never read as these games' keys."""
     import numpy as np
 
-    if cache is not None and Path(cache).is_file():
-        return {int(k) for k in np.load(cache)}
+    digest = hashlib.sha256(Path(games_path).read_bytes()).hexdigest()
+    source = Path(f"{cache}.source.json") if cache is not None else None
+    if cache is not None and source is not None and Path(cache).is_file() and source.is_file():
+        try:
+            recorded = json.loads(source.read_text()).get("games_sha256")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if recorded == digest:
+            return {int(k) for k in np.load(cache)}
     keys = training_keys(load_games(games_path))
-    if cache is not None:
+    if cache is not None and source is not None:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
         np.save(cache, np.array(sorted(keys), dtype=np.uint64))
+        source.write_text(json.dumps({"games": Path(games_path).name, "games_sha256": digest}))
     return keys
 
 
