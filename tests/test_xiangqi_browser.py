@@ -320,3 +320,44 @@ def test_a_game_id_edited_into_the_url_is_opened(server, browser) -> None:  # ty
     assert page.evaluate("location.hash") == f"#{first}"
     assert not errors, errors
     page.close()
+
+
+def test_another_game_opened_or_linked_keeps_no_stale_state(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """A piece selected in one game stayed selected in the game the URL opened (one click then
+    moved it there); a fresh load of an unknown linked id started a new game silently and made
+    the page forget the game in progress; a FEN folded away started every later new game."""
+    page, errors = open_board(browser, server)
+    first = page.evaluate("state.id")
+    page.click("#new-game")
+    page.wait_for_function("(id) => state && state.id !== id && !busy", arg=first)
+    second = page.evaluate("state.id")
+    click_square(page, "h2")  # selected in the second game
+    assert page.evaluate("selected") == "h2"
+    page.evaluate("(id) => { location.hash = id; }", first)
+    page.wait_for_function("(id) => state && state.id === id && !busy", arg=first,
+                           timeout=15_000)
+    assert page.evaluate("selected") is None
+    click_square(page, "e2")  # no longer a move: nothing is selected
+    page.wait_for_timeout(300)
+    assert page.evaluate("state.moves.length") == 0
+
+    page.goto("about:blank")  # a fresh load in the same context, which remembers the first game
+    page.goto(f"{server}/xiangqi/#no-such-game")
+    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    assert page.evaluate("state.id") == first  # the remembered game, not a new one
+    message = page.inner_text("#error")
+    assert "no-such-game" in message and "last game played here" in message
+    assert second != first
+
+    page.click(".fen-box summary")
+    page.fill("#fen", "4k4/9/9/9/9/9/9/9/9/3K5 w - - 0 1")
+    page.click("#new-game")
+    page.wait_for_function("(id) => state && state.id !== id && !busy", arg=first)
+    assert page.evaluate("state.start_fen").startswith("4k4/")
+    page.click(".fen-box summary")  # folded away: the next new game starts from the opening
+    current = page.evaluate("state.id")
+    page.click("#new-game")
+    page.wait_for_function("(id) => state && state.id !== id && !busy", arg=current)
+    assert page.evaluate("state.start_fen").startswith("rnbakabnr/")
+    assert not errors, errors
+    page.close()

@@ -399,6 +399,7 @@ async function follow(id, version) {
     if (mine !== following || busy || !state || state.id !== id) return;
     if (next.version !== version) {
       state = next;
+      selected = null; // a piece picked in the old position must not move in the new one
       showError("");
       render();
       return;
@@ -438,7 +439,8 @@ function rememberedGame() {
 
 async function newGame() {
   const body = { model_side: el("model-side").value };
-  const fen = el("fen").value.trim();
+  // only while its box is open: a FEN typed once and folded away must not start every game
+  const fen = el("fen-box")?.open ? el("fen").value.trim() : "";
   if (fen) body.fen = fen;
   state = await api("POST", "", body);
   selected = null;
@@ -450,6 +452,7 @@ async function newGame() {
 
 async function loadGame(id) {
   state = await api("GET", `/${encodeURIComponent(id)}`);
+  selected = null; // a piece picked in the game shown before must not move in this one
   flipped = state.model_side === "red";
   el("model-side").value = state.model_side;
   remember(state.id);
@@ -537,17 +540,28 @@ el("model-move").addEventListener("click", () => run(async () => {
 
 async function start() {
   drawGrid();
-  const id = location.hash.slice(1) || rememberedGame();
+  const linked = location.hash.slice(1);
+  const remembered = rememberedGame();
+  // the linked game, else the last one played here, else a new one; a linked id that is not
+  // found says so, and does not make the page forget the remembered game
+  const ids = [linked, remembered].filter((id, i, all) => id && all.indexOf(id) === i);
   await run(async () => {
-    if (id) {
+    let missing = null;
+    for (const id of ids) {
       try {
         await loadGame(id);
-        return;
+        break;
       } catch (err) {
         if (err.status !== 404) throw err;
+        if (id === linked) missing = err.message;
       }
     }
-    await newGame();
+    if (!state) await newGame();
+    if (missing) {
+      const shown = state.id === remembered ? "the last game played here is shown"
+        : "a new game was started";
+      showError(`${missing} (${shown})`);
+    }
   });
 }
 
