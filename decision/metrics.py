@@ -9,8 +9,13 @@ question type and the decoding mode (``"joint"`` or ``"standalone"``). Definitio
   ``G`` groups and ``p = sum y_i / N``, the cluster-robust sandwich variance of a mean
   (Liang & Zeger 1986; Cameron & Miller 2015, "A Practitioner's Guide to Cluster-Robust
   Inference") with the usual G/(G-1) small-sample factor is
-  ``V = G / (G - 1) * sum_g (sum_{i in g} (y_i - p))^2 / N^2``; the interval is
-  ``p +- 1.96 sqrt(V)`` clipped to [0, 1]. With one group the standard error is undefined (NaN).
+  ``V = G / (G - 1) * sum_g (sum_{i in g} (y_i - p))^2 / N^2``. The interval is the Wilson
+  interval (below) on the effective sample size ``n_eff = p(1-p) / V`` capped at ``N`` (``N``
+  when ``V = 0``, as when every answer is right or every one wrong), so it never has zero width
+  and stays inside [0, 1]; away from 0 and 1 it is close to ``p +- 1.96 sqrt(V)`` (the interval
+  used until 2026-12-07). With one group the standard error is undefined (NaN). With fewer than
+  30 groups (``few_groups``) the interval is optimistic: the sandwich variance is then biased
+  low and the normal quantile too small; the Markdown summary says so.
 - **Groups fully correct**: the share of groups whose every question is right, with the Wilson
   score interval (Wilson 1927): ``(p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)``.
 - **Independence baseline** ``E[p^k]``: the share of groups one would expect fully correct if
@@ -21,9 +26,17 @@ question type and the decoding mode (``"joint"`` or ``"standalone"``). Definitio
   within groups (or, with joint decoding, that answers help each other).
 - **Paired joint-minus-standalone difference**: on the same questions, the difference in
   per-question accuracy (sum of per-question differences / N) and in groups fully correct, with a
-  percentile bootstrap 95% interval that resamples whole groups with replacement (seeded).
+  percentile bootstrap 95% interval that resamples whole groups with replacement (seeded), and
+  the discordant counts (questions, or groups fully correct, right in only one mode). With fewer
+  than 10 discordant questions (groups) the bootstrap sees too few differences (with none its
+  interval is [0, 0]), and the interval is instead the paired-hits one below on the questions
+  (groups).
 - **Paired hits** (two players on the same items, e.g. Xiangqi positions): B's hit rate minus
-  A's, with the normal interval for paired proportions built on the discordant items.
+  A's, with the normal (Wald) interval for paired proportions built on the discordant items
+  ``se = sqrt(b + c - (b - c)^2 / n) / n``; with fewer than 20 discordant items, Newcombe's
+  method 10 (Newcombe 1998, "Improved confidence intervals for the difference between binomial
+  proportions based on paired data", Stat. Med. 17: 2635-2650): the two Wilson intervals
+  combined with the continuity-corrected phi correlation of the pairs, never of zero width.
 - **Majority baseline** per question type: the share of its questions whose gold equals the most
   frequent gold of that type (needs ``gold`` on the records).
 """
@@ -34,6 +47,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -57,15 +71,24 @@ class Record:
     answer: Any = None
 
 
+FEW_GROUPS = 30  # below this many groups the cluster-robust interval is optimistic
+SPARSE_BOOTSTRAP = 10  # fewer discordant questions / groups: paired_difference leaves the bootstrap
+SPARSE_PAIRS = 20  # fewer discordant items: paired_hits_difference uses Newcombe's method 10
+
+
 @dataclass(frozen=True)
 class Estimate:
-    """A proportion with its 95% interval; ``se`` when the interval is a normal one."""
+    """A proportion with its 95% interval; ``se`` (the cluster-robust standard error),
+    ``n_eff`` (the effective sample size of its Wilson interval) and ``few_groups`` (fewer than
+    ``FEW_GROUPS`` groups: the interval is optimistic) for per-question accuracy."""
 
     value: float
     low: float
     high: float
     n: int
     se: float | None = None
+    n_eff: float | None = None
+    few_groups: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,12 +102,19 @@ class TypeStat:
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """Joint minus standalone on the same questions, with bootstrap 95% intervals."""
+    """Joint minus standalone on the same questions, with 95% intervals (bootstrap over groups,
+    or ``"newcombe"`` where the discordant items are too few: ``question_method`` /
+    ``group_method``). ``question_discordant`` = (questions right only joint, only standalone);
+    ``group_discordant`` = (groups fully correct only joint, only standalone)."""
 
     question: Estimate
     group: Estimate
     n_groups: int
     n_boot: int
+    question_discordant: tuple[int, int] = (0, 0)
+    group_discordant: tuple[int, int] = (0, 0)
+    question_method: str = "bootstrap"
+    group_method: str = "bootstrap"
 
 
 def _check(records: Sequence[Record]) -> None:
@@ -106,31 +136,39 @@ def _by_group(records: Iterable[Record]) -> dict[str, list[Record]]:
     return dict(groups)
 
 
+def _wilson(p: float, n: float, z: float) -> tuple[float, float]:
+    """Wilson interval of a proportion ``p`` on a (possibly effective, non-integer) ``n``."""
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    low = 0.0 if p <= 0.0 else max(0.0, centre - half)  # exact at the ends, where
+    high = 1.0 if p >= 1.0 else min(1.0, centre + half)  # rounding would miss 0 or 1
+    return low, high
+
+
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     """Wilson score interval for ``successes`` out of ``n`` (see the module docstring)."""
     if n <= 0 or not 0 <= successes <= n:
         raise DecisionInputError(f"need 0 <= successes <= n and n > 0, got {successes}/{n}", "n")
-    p = successes / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the ends, where
-    high = 1.0 if successes == n else min(1.0, centre + half)  # rounding would miss 0 or 1
-    return low, high
+    return _wilson(successes / n, n, z)
 
 
 def per_question_accuracy(records: Sequence[Record], z: float = Z95) -> Estimate:
-    """Share of questions answered right, with the cluster-robust (by group) standard error."""
+    """Share of questions answered right, with the cluster-robust (by group) standard error and
+    the Wilson interval on the effective sample size ``p(1-p)/se^2`` (at most N; N when se = 0)."""
     _check(records)
     n = len(records)
     p = sum(r.correct for r in records) / n
     groups = _by_group(records)
     g = len(groups)
     if g < 2:
-        return Estimate(p, math.nan, math.nan, n, math.nan)
+        return Estimate(p, math.nan, math.nan, n, math.nan, few_groups=True)
     resid = sum(sum(r.correct - p for r in rows) ** 2 for rows in groups.values())
     se = math.sqrt(g / (g - 1) * resid / (n * n))
-    return Estimate(p, max(0.0, p - z * se), min(1.0, p + z * se), n, se)
+    # se = 0 when every answer is right (or wrong), or every group has the mean: n_eff = N
+    n_eff = float(n) if se <= 0.0 else min(float(n), p * (1 - p) / (se * se))
+    low, high = _wilson(p, n_eff, z)
+    return Estimate(p, low, high, n, se, n_eff, g < FEW_GROUPS)
 
 
 def group_accuracy(records: Sequence[Record], z: float = Z95) -> Estimate:
@@ -201,6 +239,9 @@ def paired_difference(joint: Sequence[Record], standalone: Sequence[Record], n_b
         all_j[i] *= float(cj)
         all_s[i] *= float(s[(g, q)])
     diff_g = all_j - all_s
+    q_counts = (sum(1 for k, cj in j.items() if cj and not s[k]),
+                sum(1 for k, cj in j.items() if s[k] and not cj))
+    g_counts = (int((diff_g > 0).sum()), int((diff_g < 0).sum()))
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(ids), size=(n_boot, len(ids)))
     boot_q = diff_q[draws].sum(axis=1) / n_q[draws].sum(axis=1)
@@ -208,10 +249,20 @@ def paired_difference(joint: Sequence[Record], standalone: Sequence[Record], n_b
     tail = (1.0 - level) / 2 * 100
     q_low, q_high = np.percentile(boot_q, [tail, 100 - tail])
     g_low, g_high = np.percentile(boot_g, [tail, 100 - tail])
+    z = NormalDist().inv_cdf(1.0 - (1.0 - level) / 2)
+    q_method = g_method = "bootstrap"
+    if sum(q_counts) < SPARSE_BOOTSTRAP:  # too few differences for the bootstrap
+        keys = sorted(j)
+        q_low, q_high = _newcombe10([s[k] for k in keys], [j[k] for k in keys], z)
+        q_method = "newcombe"
+    if sum(g_counts) < SPARSE_BOOTSTRAP:
+        g_low, g_high = _newcombe10(list(all_s > 0), list(all_j > 0), z)
+        g_method = "newcombe"
     question = Estimate(float(diff_q.sum() / n_q.sum()), float(q_low), float(q_high),
                         int(n_q.sum()))
     group = Estimate(float(diff_g.mean()), float(g_low), float(g_high), len(ids))
-    return PairedDifference(question, group, len(ids), n_boot)
+    return PairedDifference(question, group, len(ids), n_boot, q_counts, g_counts, q_method,
+                            g_method)
 
 
 @dataclass(frozen=True)
@@ -228,20 +279,51 @@ class PairedHits:
     a_only: int
 
 
+def _newcombe10(a: Sequence[bool], b: Sequence[bool], z: float = Z95) -> tuple[float, float]:
+    """Newcombe's (1998) method 10 for B's rate minus A's on paired items: the Wilson intervals
+    of the two rates combined with the continuity-corrected phi of the 2x2 table."""
+    n = len(a)
+    both = sum(1 for x, y in zip(a, b, strict=True) if x and y)
+    a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
+    b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
+    neither = n - both - a_only - b_only
+    p_b, p_a = (both + b_only) / n, (both + a_only) / n
+    l_b, u_b = wilson_interval(both + b_only, n, z)
+    l_a, u_a = wilson_interval(both + a_only, n, z)
+    denom = (both + a_only) * (neither + b_only) * (both + b_only) * (neither + a_only)
+    num = both * neither - a_only * b_only
+    corrected = num - n / 2 if num > n / 2 else 0.0 if num >= 0 else num
+    phi = 0.0 if denom == 0 else corrected / math.sqrt(denom)
+    d = p_b - p_a
+    low = d - math.sqrt(max(0.0, (p_b - l_b) ** 2 - 2 * phi * (p_b - l_b) * (u_a - p_a)
+                            + (u_a - p_a) ** 2))
+    high = d + math.sqrt(max(0.0, (u_b - p_b) ** 2 - 2 * phi * (u_b - p_b) * (p_a - l_a)
+                             + (p_a - l_a) ** 2))
+    return max(-1.0, low), min(1.0, high)
+
+
 def paired_hits_difference(a: Sequence[bool], b: Sequence[bool], z: float = Z95) -> PairedHits:
     """B's hit rate minus A's on the same items, with the normal interval for paired proportions
     (only discordant items carry information): se = sqrt(b + c - (b - c)^2 / n) / n, with b and c
-    the items only B and only A got right. Empty input reports zeros."""
+    the items only B and only A got right; with fewer than ``SPARSE_PAIRS`` discordant items
+    (where that interval undercovers and, with none, has zero width) Newcombe's method 10.
+    Empty input reports zero rates and a NaN interval."""
     if len(a) != len(b):
         raise DecisionInputError(f"paired hits need the same items, got {len(a)} and {len(b)}",
                                  "hits")
-    n = max(1, len(a))
+    if not a:
+        return PairedHits(0, 0.0, 0.0, 0.0, math.nan, math.nan, 0, 0)
+    n = len(a)
     b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
     a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
     diff = (b_only - a_only) / n
-    se = math.sqrt(max(0.0, b_only + a_only - (b_only - a_only) ** 2 / n)) / n
-    return PairedHits(len(a), sum(map(bool, a)) / n, sum(map(bool, b)) / n, diff,
-                      diff - z * se, diff + z * se, b_only, a_only)
+    if b_only + a_only < SPARSE_PAIRS:
+        low, high = _newcombe10(a, b, z)
+    else:
+        se = math.sqrt(max(0.0, b_only + a_only - (b_only - a_only) ** 2 / n)) / n
+        low, high = diff - z * se, diff + z * se
+    return PairedHits(n, sum(map(bool, a)) / n, sum(map(bool, b)) / n, diff,
+                      low, high, b_only, a_only)
 
 
 def _pct(x: float | None) -> str:
@@ -304,10 +386,22 @@ def summarize(records: Sequence[Record], n_boot: int = 2000, seed: int = 0
                 majority = stat["majority"] if majority is None else majority
         lines.append(f"| {qtype or '(none)'} | " + " | ".join(cells)
                      + f" | {n} | {_pct(majority)} |")
+    few = [(mode, result["modes"][mode]["per_question"]) for mode in modes
+           if result["modes"][mode]["per_question"].get("few_groups")]
+    if few:
+        groups = len(_by_group(by_mode[few[0][0]]))
+        lines += ["", f"Note: per-question intervals rest on {groups} groups (fewer than "
+                  f"{FEW_GROUPS}): the cluster-robust interval is optimistic (too narrow)."]
     if "joint_minus_standalone" in result:
         d = result["joint_minus_standalone"]
         q, g = Estimate(**d["question"]), Estimate(**d["group"])
+        qj, qs = d["question_discordant"]
+        gj, gs = d["group_discordant"]
+        how = {"bootstrap": "bootstrap over groups", "newcombe": "Newcombe, few discordant"}
         lines += ["", f"Joint minus standalone on the same {q.n} questions / {g.n} groups "
-                  f"(bootstrap over groups, {d['n_boot']} draws, 95%): per question {_signed(q)}; "
-                  f"groups fully correct {_signed(g)}."]
+                  f"(95%; bootstrap over groups, {d['n_boot']} draws, where at least "
+                  f"{SPARSE_BOOTSTRAP} items differ): per question {_signed(q)} "
+                  f"({how[d['question_method']]}; right only joint {qj}, only standalone {qs}); "
+                  f"groups fully correct {_signed(g)} ({how[d['group_method']]}; only joint {gj}, "
+                  f"only standalone {gs})."]
     return result, "\n".join(lines)

@@ -49,13 +49,59 @@ def test_wilson_known_values() -> None:
         wilson_interval(3, 0)
 
 
+def _wilson_on(p: float, n: float, z: float = Z95) -> tuple[float, float]:
+    """The Wilson interval written out for a possibly non-integer n (reference)."""
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def test_per_question_accuracy_cluster_robust_se() -> None:
     est = per_question_accuracy(JOINT)
     # p = 3/5; group residual sums -0.2, 0.8, -0.6; V = 3/2 * (0.04 + 0.64 + 0.36) / 25
     assert est.value == pytest.approx(0.6) and est.n == 5
     assert est.se == pytest.approx(math.sqrt(1.5 * 1.04 / 25))
-    assert est.low == pytest.approx(max(0.0, 0.6 - 1.959964 * est.se), abs=1e-6)
-    assert est.high == pytest.approx(min(1.0, 0.6 + 1.959964 * est.se), abs=1e-6)
+    # Wilson on n_eff = p(1-p)/V (here 3.85, under N = 5)
+    assert est.n_eff == pytest.approx(0.24 / est.se**2)
+    assert (est.low, est.high) == pytest.approx(_wilson_on(0.6, 0.24 / est.se**2))
+    assert est.few_groups
+
+
+def test_per_question_interval_is_never_zero_width_at_the_ends() -> None:
+    right = [Record(f"g{g}", f"q{i}", True) for g in range(20) for i in range(5)]
+    est = per_question_accuracy(right)
+    assert (est.value, est.se, est.n_eff) == (1.0, 0.0, 100)
+    assert est.high == 1.0 and est.low == pytest.approx(100 / (100 + Z95**2))  # Wilson 100/100
+    wrong = per_question_accuracy([Record(r.group_id, r.question_id, False) for r in right])
+    assert wrong.low == 0.0 and wrong.high == pytest.approx(Z95**2 / (100 + Z95**2))
+    # one wrong of 100: the normal interval reached 1.0; Wilson stays below it
+    one = per_question_accuracy([Record(r.group_id, r.question_id, i > 0)
+                                 for i, r in enumerate(right)])
+    assert one.low < 0.99 < one.high < 1.0
+
+
+def test_per_question_interval_matches_the_normal_one_with_many_groups() -> None:
+    # 500 groups of 5, p far from 0 and 1: within 0.1 points of p +- 1.96 se (the old interval)
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for mu in (0.3, 0.5, 0.7):
+        pg = rng.beta(4 * mu, 4 * (1 - mu), size=500)
+        recs = [Record(f"g{g}", f"q{i}", bool(rng.random() < pg[g]))
+                for g in range(500) for i in range(5)]
+        est = per_question_accuracy(recs)
+        assert not est.few_groups and est.n_eff < est.n  # clustered: design effect above 1
+        assert est.low == pytest.approx(est.value - Z95 * est.se, abs=0.001)
+        assert est.high == pytest.approx(est.value + Z95 * est.se, abs=0.001)
+
+
+def test_few_groups_are_noted_in_the_summary() -> None:
+    _, table = summarize(JOINT)
+    assert "rest on 3 groups (fewer than 30)" in table
+    many = [Record(f"g{g}", "q1", g % 3 > 0) for g in range(40)]
+    result, table = summarize(many)
+    assert not result["modes"]["joint"]["per_question"]["few_groups"]
+    assert "fewer than 30" not in table
 
 
 def test_singleton_groups_give_the_ordinary_binomial_se() -> None:
@@ -101,18 +147,39 @@ def test_paired_difference_point_values_and_bootstrap() -> None:
     assert diff.question.value == pytest.approx(1 / 5) and diff.question.n == 5
     assert diff.group.value == pytest.approx(1 / 3) and diff.n_groups == 3
     assert diff.question.low <= diff.question.value <= diff.question.high
-    assert diff.group.low == pytest.approx(0.0) and diff.group.high == pytest.approx(1.0)
+    # one question and one group differ: too few for the bootstrap, Newcombe on 5 questions / 3
+    # groups (standalone = A, joint = B)
+    assert diff.question_discordant == (1, 0) and diff.group_discordant == (1, 0)
+    assert (diff.question.low, diff.question.high) == pytest.approx(
+        _newcombe10_by_hand(2, 0, 1, 2))
+    assert (diff.group.low, diff.group.high) == pytest.approx(_newcombe10_by_hand(0, 0, 1, 2))
     again = paired_difference(JOINT, STANDALONE, n_boot=4000, seed=1)
     assert again == diff
 
 
-def test_bootstrap_interval_shrinks_with_more_groups_and_is_exact_when_constant() -> None:
+def test_paired_difference_without_discordant_items_is_not_zero_width() -> None:
     same = paired_difference(JOINT, JOINT, n_boot=200)
-    assert (same.question.low, same.question.value, same.question.high) == (0.0, 0.0, 0.0)
+    assert same.question.value == 0.0 and same.question_discordant == (0, 0)
+    assert same.question.low < 0.0 < same.question.high  # was [0, 0]
+    assert same.group.low < 0.0 < same.group.high and same.group_discordant == (0, 0)
+    assert same.question_method == same.group_method == "newcombe"
+    # 500 groups, 3 questions differ: Newcombe on the questions, not the bootstrap's few draws
+    joint = [Record(f"g{i}", "q1", i % 5 > 0) for i in range(500)]
+    alone = [Record(f"g{i}", "q1", i % 5 > 0 or i < 15 and i % 5 == 0, mode="standalone")
+             for i in range(500)]
+    few = paired_difference(joint, alone, n_boot=500)
+    assert few.question_discordant == (0, 3) and few.question_method == "newcombe"
+    assert few.question.low < -0.006 < 0.0 < few.question.high
+    _, table = summarize(joint + alone, n_boot=200)
+    assert "right only joint 0, only standalone 3" in table and "Newcombe" in table
+
+
+def test_bootstrap_interval_shrinks_with_more_groups() -> None:
     joint = [Record(f"g{i}", "q1", i % 2 == 0) for i in range(400)]
     alone = [Record(f"g{i}", "q1", i % 4 == 0, mode="standalone") for i in range(400)]
     diff = paired_difference(joint, alone, n_boot=2000, seed=0)
-    assert diff.question.value == pytest.approx(0.25)
+    assert diff.question.value == pytest.approx(0.25) and diff.question_method == "bootstrap"
+    assert diff.question_discordant == (100, 0) and diff.group_discordant == (100, 0)
     # 100 of 400 groups differ by one: the binomial se is sqrt(.25 * .75 / 400) ~ 0.0217
     assert 0.03 < diff.question.value - diff.question.low < 0.055
     assert 0.03 < diff.question.high - diff.question.value < 0.055
@@ -156,6 +223,23 @@ def test_wilson_contains_the_estimate_and_is_narrower_than_one(n: int, data: st.
     assert mirror[1] == pytest.approx(1 - low, abs=1e-12)
 
 
+def _newcombe10_by_hand(both: int, a_only: int, b_only: int, neither: int
+                        ) -> tuple[float, float]:
+    """Newcombe (1998) method 10 for B - A: Wilson limits of each rate, phi with the
+    continuity correction n/2 when ad > bc (reference for the tests)."""
+    n = both + a_only + b_only + neither
+    pb, pa = (both + b_only) / n, (both + a_only) / n
+    lb, ub = _wilson_on(pb, n)
+    la, ua = _wilson_on(pa, n)
+    ad_bc = both * neither - a_only * b_only
+    margins = (both + a_only) * (b_only + neither) * (both + b_only) * (a_only + neither)
+    phi = 0.0 if margins == 0 else (max(ad_bc - n / 2, 0.0) if ad_bc > 0 else ad_bc) / math.sqrt(
+        margins)
+    low = pb - pa - math.sqrt((pb - lb) ** 2 - 2 * phi * (pb - lb) * (ua - pa) + (ua - pa) ** 2)
+    high = pb - pa + math.sqrt((ub - pb) ** 2 - 2 * phi * (ub - pb) * (pa - la) + (pa - la) ** 2)
+    return low, high
+
+
 def test_paired_hits_count_discordant_items() -> None:
     a = [True, True, False, False, True, False, False, False, False, False]
     b = [True, False, True, True, True, True, False, False, False, False]
@@ -163,8 +247,8 @@ def test_paired_hits_count_discordant_items() -> None:
     assert (d.b_only, d.a_only, d.n) == (3, 1, 10)
     assert (d.a_rate, d.b_rate) == (0.3, 0.5)
     assert d.difference == pytest.approx(0.2)
-    se = math.sqrt(3 + 1 - (3 - 1) ** 2 / 10) / 10
-    assert (d.low, d.high) == pytest.approx((0.2 - Z95 * se, 0.2 + Z95 * se))
+    # 4 discordant items (< 20): Newcombe's method 10, not the Wald interval
+    assert (d.low, d.high) == pytest.approx(_newcombe10_by_hand(2, 1, 3, 4))
 
 
 @given(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=60))
@@ -173,10 +257,39 @@ def test_paired_hits_are_antisymmetric_and_zero_for_one_player(pairs: list[tuple
     a, b = [x for x, _ in pairs], [y for _, y in pairs]
     ab, ba = paired_hits_difference(a, b), paired_hits_difference(b, a)
     assert ab.difference == pytest.approx(-ba.difference)
+    if not pairs:
+        assert math.isnan(ab.low) and math.isnan(ab.high)
+        return
     assert (ab.low, ab.high) == pytest.approx((-ba.high, -ba.low))
     assert ab.low <= ab.difference <= ab.high
+    assert -1.0 <= ab.low < ab.high <= 1.0  # never of zero width
     same = paired_hits_difference(a, a)
-    assert (same.difference, same.low, same.high) == (0.0, 0.0, 0.0)
+    assert same.difference == 0.0 and same.low < 0.0 < same.high
+
+
+def test_paired_hits_with_few_discordant_items_use_newcombe() -> None:
+    # no discordant item in 2000: the Wald interval was [0, 0]
+    a = [True] * 500 + [False] * 1500
+    none = paired_hits_difference(a, a)
+    assert (none.b_only, none.a_only) == (0, 0)
+    assert none.low == pytest.approx(-0.00137, abs=1e-5) and none.high == pytest.approx(0.00137,
+                                                                                      abs=1e-5)
+    # 36 both / 12 only A / 2 only B / 0 neither (n = 50): B - A = -0.2, written out by hand
+    a = [True] * 48 + [False] * 2
+    b = [True] * 36 + [False] * 12 + [True] * 2
+    d = paired_hits_difference(a, b)
+    assert (d.b_only, d.a_only) == (2, 12) and d.difference == pytest.approx(-0.2)
+    assert (d.low, d.high) == pytest.approx(_newcombe10_by_hand(36, 12, 2, 0))
+    assert d.low == pytest.approx(-0.3404, abs=1e-4) and d.high == pytest.approx(-0.0569,
+                                                                                abs=1e-4)
+
+
+def test_paired_hits_keep_the_wald_interval_with_20_discordant_items() -> None:
+    a = [True] * 300 + [False] * 12 + [True] * 8 + [False] * 1680
+    b = [True] * 300 + [True] * 12 + [False] * 8 + [False] * 1680
+    d = paired_hits_difference(a, b)
+    se = math.sqrt(20 - 4**2 / 2000) / 2000
+    assert (d.low, d.high) == pytest.approx((0.002 - Z95 * se, 0.002 + Z95 * se))
 
 
 def test_paired_hits_need_the_same_items() -> None:

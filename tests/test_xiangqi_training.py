@@ -356,6 +356,9 @@ def test_agreement_on_tiny_model_is_well_formed(games: list[GameRecord], tiny: A
     else:
         assert result.unseen_top1_interval is None
     assert [r["seen"] for r in result.results] == [p.key in seen for p in sample]
+    # each position's key, kept through JSON (compare_xiangqi_agreement checks it)
+    keys = [r["key"] for r in json.loads(json.dumps(result.results))]
+    assert keys == [p.key for p in sample] and all(isinstance(k, int) for k in keys)
     base = baseline_agreement(games, 6, seed=1)  # same positions as the sample
     assert base["positions"] == 6 and 0 < base["uniform_random_top1"] < 1
     assert 0 <= base["greedy_top1"] <= 1

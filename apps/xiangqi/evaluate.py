@@ -201,8 +201,9 @@ class AgreementResult:
     seconds: float
     by_phase: dict[str, dict[str, float]] = field(default_factory=dict)
     player: str = "policy"
-    # one per sample position, in sample order (ply, gold, move played, hit, seen in training):
-    # what a paired comparison of two models on the same sample needs
+    # one per sample position, in sample order (ply, gold, move played, hit, seen in training,
+    # key: the position's Zobrist key, since 2026-12-07): what a paired comparison of two models
+    # on the same sample needs (benchmarks/compare_xiangqi_agreement.py checks the positions)
     results: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -300,7 +301,7 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
                 sound = sound_moves(board, search, margin)
                 move = guided_pick(Move.from_iccs(move), probabilities, sound).iccs()
             results.append({"ply": ply, "gold": ex.gold, "move": move, "hit": move == ex.gold,
-                            "seen": key in seen})
+                            "seen": key in seen, "key": key})
     phases: dict[str, list[bool]] = {}
     for r in results:
         phases.setdefault(_phase(r["ply"]), []).append(r["hit"])
