@@ -258,7 +258,11 @@ def test_a_game_busy_elsewhere_is_followed_until_it_changes(server, browser) -> 
                                    f"game '{game}' is busy: another request on it is still "
                                    "running; reload the game and try again"}}))
     page.wait_for_function("!busy")
-    assert "is busy" in page.inner_text("#error")
+    # not the API's "reload the game and try again": the page reads it again by itself, and
+    # says what is going on (it told a player who had just reloaded to reload)
+    assert "Another request is changing this game" in page.inner_text("#error")
+    assert "another request is changing the game" in page.inner_text("#status")
+    assert page.is_disabled("#model-move") and page.is_disabled("#undo")
     # The other request answers: the model's reply is saved on the server.
     request = urllib.request.Request(f"{server}/api/xiangqi/games/{game}/model-move",
                                      data=b"{}", method="POST",
@@ -269,6 +273,7 @@ def test_a_game_busy_elsewhere_is_followed_until_it_changes(server, browser) -> 
     assert page.locator(".mark-last").count() == 1
     assert "your move" in page.inner_text("#status")
     assert page.is_hidden("#error")
+    assert page.is_enabled("#undo")
     assert not errors, errors
     page.close()
 

@@ -45,6 +45,7 @@ let flipped = false;
 let busy = false;
 let thinking = false; // a model move is being asked for: the status says so until it answers
 let following = 0; // bumped to stop an older watch of a game another request is changing
+let watching = false; // such a watch runs: the status says so, Undo and Model move wait for it
 let wanted = null; // a game id put in the URL while a request ran, opened when it ends
 
 function svgEl(tag, attrs, parent) {
@@ -241,6 +242,9 @@ function renderStatus() {
   if (thinking) {
     text += " · the model is thinking";
     status.classList.add("thinking");
+  } else if (watching) {
+    text += " · another request is changing the game (the model may be thinking for it)";
+    status.classList.add("thinking");
   } else if (state.model_to_move) {
     text += " · model's turn";
   } else if (state.model_side !== "none") {
@@ -274,8 +278,8 @@ function moveSpan(m) {
 }
 
 function renderButtons() {
-  el("undo").disabled = busy || !state || state.moves.length === 0;
-  el("model-move").disabled = busy || !state || state.over ||
+  el("undo").disabled = busy || watching || !state || state.moves.length === 0;
+  el("model-move").disabled = busy || watching || !state || state.over ||
     !(state.model_to_move || state.model_side === "none");
   el("new-game").disabled = busy;
 }
@@ -354,6 +358,7 @@ async function run(task) {
   if (busy) return;
   busy = true;
   following += 1; // this page changes the game now: stop watching it
+  watching = false;
   renderButtons();
   showError("");
   try {
@@ -366,7 +371,11 @@ async function run(task) {
       try {
         state = await api("GET", `/${state.id}`);
       } catch (_) { /* keep the old view */ }
-      if (err.type === "game_busy") follow(state.id, state.version);
+      if (err.type === "game_busy") {
+        // the API's advice is to reload; this page reads the game again by itself
+        showError("Another request is changing this game; it is shown here once it has.");
+        follow(state.id, state.version);
+      }
     }
     // Redraw in every case: no "thinking" status, selection or targets left from the failed try.
     render();
@@ -387,6 +396,21 @@ async function run(task) {
 // every second until its version moves on, then show it, so the board does not stay behind.
 async function follow(id, version) {
   const mine = ++following;
+  watching = true;
+  try {
+    await watch(mine, id, version);
+  } finally {
+    if (mine === following) {
+      watching = false;
+      if (state) {
+        renderStatus();
+        renderButtons();
+      }
+    }
+  }
+}
+
+async function watch(mine, id, version) {
   for (let i = 0; i < 120; i++) {
     await new Promise((resolve) => setTimeout(resolve, 1000));
     if (mine !== following || busy || !state || state.id !== id) return;
