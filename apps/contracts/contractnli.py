@@ -74,14 +74,26 @@ def _chunks(items: list[Any], limit: int) -> list[list[Any]]:
 def load_groups(path: str | Path, per_group: int = MAX_QUESTIONS) -> list[NliGroup]:
     """Read ContractNLI's JSON (``documents``, ``labels``) into groups of at most ``per_group``
     hypotheses per agreement, in the file's order (hypotheses sorted by their number)."""
-    if not 1 <= per_group <= MAX_QUESTIONS:
-        raise DecisionInputError(f"per_group must be 1..{MAX_QUESTIONS}", "per_group")
+    return groups_from(read_file(path), per_group)
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """A ContractNLI JSON file, checked to hold ``documents`` and ``labels``."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        labels = data["labels"]
-        documents = data["documents"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError) as exc:
         raise DecisionInputError(f"{path}: not a ContractNLI JSON file ({exc})", "input") from exc
+    if not isinstance(data, dict) or not {"labels", "documents"} <= set(data):
+        raise DecisionInputError(f"{path}: not a ContractNLI JSON file (no 'documents' and "
+                                 "'labels')", "input")
+    return data
+
+
+def groups_from(data: dict[str, Any], per_group: int = MAX_QUESTIONS) -> list[NliGroup]:
+    """:func:`load_groups` on a file already read by :func:`read_file`."""
+    if not 1 <= per_group <= MAX_QUESTIONS:
+        raise DecisionInputError(f"per_group must be 1..{MAX_QUESTIONS}", "per_group")
+    labels, documents = data["labels"], data["documents"]
     order = sorted(labels, key=lambda key: int(re.sub(r"\D", "", key) or 0))
     groups: list[NliGroup] = []
     for index, doc in enumerate(documents):
@@ -152,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"hypotheses per group, 1..{MAX_QUESTIONS} (default {MAX_QUESTIONS})")
     args = parser.parse_args(argv)
     try:
-        groups = load_groups(args.input, args.per_group)
+        data = read_file(args.input)
+        groups = groups_from(data, args.per_group)
         rows, documents = write_csv(groups, args.out)
     except DecisionInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -162,18 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"wrote {rows} questions in {len(groups)} groups over {documents} agreements to "
           f"{args.out}", file=sys.stderr)
-    pairs = _pairs(args.input)
+    pairs = len(data["documents"]) * len(data["labels"])
     if pairs > rows:
         print(f"note: {pairs - rows} of the {pairs} agreement-hypothesis pairs have no "
               "annotation and are left out", file=sys.stderr)
     return 0
 
-
-def _pairs(path: str | Path) -> int:
-    """Agreements times hypotheses of a ContractNLI file (read already by ``load_groups``)."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    return len(data["documents"]) * len(data["labels"])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -32,6 +32,7 @@ from typing import Any, Literal
 from apps.contracts.questions import SCHEMAS
 from apps.contracts.types import CHOICE_NO, CHOICE_YES, NOT_STATED
 from decision.errors import DecisionInputError
+from decision.scoring.gold import same_value  # True apart from 1, at every depth
 
 Value = str | bool | int | float
 Status = Literal["kept", "broken", "skipped"]
@@ -181,13 +182,6 @@ def rule_json(rule: Rule) -> dict[str, Any]:
 
 def _unique(items: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Equality that keeps ``True`` apart from ``1`` (JSON booleans are not numbers)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    return bool(a == b)
 
 
 # No answer schema gives a number beyond 10**18 (an integer answer's widest bounds) or one that

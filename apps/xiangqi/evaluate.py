@@ -171,9 +171,14 @@ def cached_training_keys(games_path: str | Path, cache: str | Path | None) -> se
     (or one without that record) is computed again, never read as these games' keys."""
     import numpy as np
 
-    digest = hashlib.sha256(Path(games_path).read_bytes()).hexdigest()
-    source = Path(f"{cache}.source.json") if cache is not None else None
-    if cache is not None and source is not None and Path(cache).is_file() and source.is_file():
+    if cache is None:
+        return training_keys(load_games(games_path))
+    try:
+        digest = hashlib.sha256(Path(games_path).read_bytes()).hexdigest()
+    except OSError as exc:  # as load_games says it
+        raise DecisionInputError(f"cannot read games file {games_path}: {exc}", "games") from None
+    source = Path(f"{cache}.source.json")
+    if Path(cache).is_file() and source.is_file():
         try:
             recorded = json.loads(source.read_text()).get("games_sha256")
         except (OSError, ValueError, AttributeError):
@@ -181,10 +186,9 @@ def cached_training_keys(games_path: str | Path, cache: str | Path | None) -> se
         if recorded == digest:
             return {int(k) for k in np.load(cache)}
     keys = training_keys(load_games(games_path))
-    if cache is not None and source is not None:
-        Path(cache).parent.mkdir(parents=True, exist_ok=True)
-        np.save(cache, np.array(sorted(keys), dtype=np.uint64))
-        source.write_text(json.dumps({"games": Path(games_path).name, "games_sha256": digest}))
+    Path(cache).parent.mkdir(parents=True, exist_ok=True)
+    np.save(cache, np.array(sorted(keys), dtype=np.uint64))
+    source.write_text(json.dumps({"games": Path(games_path).name, "games_sha256": digest}))
     return keys
 
 

@@ -514,16 +514,22 @@ def _run(
     probabilities: dict[int, torch.Tensor] = {}
     remaining = dict(scored)
     thresholds = [requests[row.request].threshold for row in rows]
+    def fix(k: int, probs: torch.Tensor) -> None:
+        """Fix scored slot ``k`` to its most probable option (the first of equals)."""
+        slot = remaining.pop(k)
+        probabilities[k] = probs
+        best = slot.sequences[int(torch.argmax(probs))]
+        state.ids[slot.row, slot.start : slot.start + slot.length] = torch.tensor(best)
+        decoded[slot.row] += slot.length
+
     while remaining:  # rounds: score the slots left given the block, fix the surest of each row
         given_up = gone()
-        for k in [k for k, slot in remaining.items() if bool(given_up[slot.row])]:
+        if bool(given_up.any()):
             # nobody reads an abandoned request's answer: fixed at once to its first option
             # (uniform probabilities), so it costs the rest of the batch no more forwards
-            slot = remaining.pop(k)
-            probabilities[k] = torch.full((len(slot.sequences),), 1.0 / len(slot.sequences))
-            state.ids[slot.row, slot.start : slot.start + slot.length] = torch.tensor(
-                slot.sequences[0])
-            decoded[slot.row] += slot.length
+            for k in [k for k, slot in remaining.items() if bool(given_up[slot.row])]:
+                size = len(remaining[k].sequences)
+                fix(k, torch.full((size,), 1.0 / size))
         if not remaining:
             break
         t0 = time.perf_counter()
@@ -533,11 +539,7 @@ def _run(
         row_steps += result.row_forwards
         this_round = dict(zip(remaining, result.probabilities, strict=True))
         for k in _surest(remaining, this_round, thresholds):
-            slot = remaining.pop(k)
-            probabilities[k] = this_round[k]
-            best = slot.sequences[int(torch.argmax(this_round[k]))]
-            state.ids[slot.row, slot.start : slot.start + slot.length] = torch.tensor(best)
-            decoded[slot.row] += slot.length
+            fix(k, this_round[k])
         sampler_s += time.perf_counter() - t0 - forwards_s  # the chain rule's bookkeeping
     timings = _timings(prefill_s, denoise_s, sampler_s, constraint_s,
                        time.perf_counter() - start)

@@ -19,8 +19,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -82,10 +81,10 @@ def _gone(item: WorkItem) -> bool:
     return item.abandoned or item.future.done()
 
 
-def _expire(item: WorkItem, message: str) -> None:
+def _fail(item: WorkItem, error: Exception) -> None:
     """Answer a request that will not be decided (a no-op when its future was cancelled)."""
     if item.future.set_running_or_notify_cancel():
-        item.future.set_exception(RequestExpiredError(message))
+        item.future.set_exception(error)
 
 
 class _RequestQueue:
@@ -105,13 +104,14 @@ class _RequestQueue:
     def put_nowait(self, item: WorkItem) -> None:
         """Append ``item``; raise ``queue.Full`` when ``maxsize`` live requests wait already."""
         with self._ready:
-            dropped = self._drop_gone() if self._count() >= self.maxsize else []
-            full = self._count() >= self.maxsize
+            count = self._count()
+            dropped = self._drop_gone() if count >= self.maxsize else []
+            full = count - len(dropped) >= self.maxsize
             if not full:
                 self._items.append(item)
                 self._ready.notify()
         for gone in dropped:  # outside the lock: resolving runs the future's callbacks
-            _expire(gone, "the request was given up while waiting in the queue")
+            _fail(gone, RequestExpiredError("the request was given up while waiting in the queue"))
         if full:
             raise queue.Full
 
@@ -335,7 +335,8 @@ class BatchWorker:
     def _decide_many(self, batch: list[WorkItem]) -> list[Any]:
         """One ``engine.decide_many`` call on ``batch``, timed into the batch metrics whether it
         returns or raises (a failed batch and its one-by-one retries are calls too)."""
-        with self._batch_observed(len(batch)):
+        start = time.monotonic()
+        try:
             payloads = [item.payload for item in batch]
             if not self._takes_abandoned:
                 return list(self.engine.decide_many(payloads))
@@ -344,16 +345,9 @@ class BatchWorker:
                 return batch[i].abandoned
 
             return list(self.engine.decide_many(payloads, abandoned=abandoned))
-
-    @contextmanager
-    def _batch_observed(self, size: int) -> Iterator[None]:
-        """Observe ``decision_batch_size`` and ``decision_batch_seconds`` for one call."""
-        start = time.monotonic()
-        try:
-            yield
         finally:
             if self.metrics is not None:
-                self.metrics.batch_size.observe(size)
+                self.metrics.batch_size.observe(len(batch))
                 self.metrics.batch_seconds.observe(time.monotonic() - start)
 
     def _resolve(self, item: WorkItem, result: Any) -> None:
@@ -371,7 +365,5 @@ class BatchWorker:
 
     def _fail_waiting(self, error: Exception) -> None:
         """Answer every waiting request ``error`` (the stop marker stays queued)."""
-        items = self._queue.drain()
-        for item in items:
-            if item.future.set_running_or_notify_cancel():
-                item.future.set_exception(error)
+        for item in self._queue.drain():
+            _fail(item, error)
