@@ -7,7 +7,6 @@ reads, plus ``trainer_state.pt`` and ``train_config.json``), ``tokenizer.json`` 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -120,8 +119,7 @@ def check_num_segments(cfg: TrainConfig, questions: int) -> None:
     that needs more, after it had written its tokenizer (and maybe checkpoints)."""
     from decision.model.config import DecisionConfig
 
-    default = {f.name: f.default for f in dataclasses.fields(DecisionConfig)}["num_segments"]
-    have = cfg.model.fields.get("num_segments", default)
+    have = cfg.model.fields.get("num_segments", DecisionConfig.num_segments)  # or the default
     if have < questions + 1:
         raise DecisionInputError(
             f"model.num_segments is {have}: rows of up to {questions} questions need "
