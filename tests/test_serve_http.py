@@ -585,34 +585,23 @@ def test_shutdown_answers_every_waiting_request(checkpoint: Path) -> None:
     # each got a bare "Internal Server Error" 500 (and a traceback in the log). Now the queued
     # ones are answered 503 as soon as shutdown begins, and the one being decided is answered
     # (200 if it finishes in time, else a JSON 503).
-    import uvicorn
-
-    from decision.serve.app import ServiceServer
-    from decision.serve.testing import free_port
+    from decision.serve.testing import started_server
 
     settings = ServeSettings(max_batch_size=1, max_wait_ms=0, include_apps=False)
     engine = _SlowEngine(ModelEngine.load(str(checkpoint)), delay_s=1.5)
-    port = free_port()
-    config = uvicorn.Config(create_app(settings, engine=engine), host="127.0.0.1", port=port,
-                            log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
-    server = ServiceServer(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
+    app = create_app(settings, engine=engine)
+    with started_server(app, timeout=30, timeout_graceful_shutdown=1) as (url, server):
 
-    def client(_: int) -> tuple[int, Any, float]:
-        start = time.monotonic()
-        r = httpx.post(f"http://127.0.0.1:{port}/decide", json=_body(max_steps=1), timeout=60)
-        return r.status_code, r.json(), time.monotonic() - start
+        def client(_: int) -> tuple[int, Any, float]:
+            start = time.monotonic()
+            r = httpx.post(f"{url}/decide", json=_body(max_steps=1), timeout=60)
+            return r.status_code, r.json(), time.monotonic() - start
 
-    with ThreadPoolExecutor(max_workers=5) as pool:
-        futures = [pool.submit(client, i) for i in range(5)]
-        time.sleep(0.5)
-        server.should_exit = True
-        results = [f.result() for f in futures]
-    thread.join(30)
+        with ThreadPoolExecutor(max_workers=5) as pool:
+            futures = [pool.submit(client, i) for i in range(5)]
+            time.sleep(0.5)
+            server.should_exit = True
+            results = [f.result() for f in futures]
     statuses = sorted(status for status, _, _ in results)
     assert set(statuses) <= {200, 503}, results
     assert statuses.count(503) >= 3, results
@@ -731,28 +720,16 @@ def test_timeout_covers_validation_and_nothing_late_is_compiled_or_queued() -> N
 def test_shutdown_during_validation_is_a_json_503() -> None:
     # A request still being validated when the graceful-shutdown time ran out was cancelled
     # into uvicorn's bare "Internal Server Error" 500.
-    import uvicorn
-
-    from decision.serve.app import ServiceServer
-    from decision.serve.testing import free_port
+    from decision.serve.testing import started_server
 
     app = create_app(ServeSettings(include_apps=False), engine=_FakeEngine(prepare_s=4.0))
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical",
-                            lifespan="on", timeout_graceful_shutdown=1)
-    server = ServiceServer(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(httpx.post, f"http://127.0.0.1:{port}/decide", json=_body(),
-                              timeout=30)
-        time.sleep(0.5)
-        server.should_exit = True
-        response = pending.result()
-    thread.join(30)
+    with started_server(app, timeout=30, log_level="critical",
+                        timeout_graceful_shutdown=1) as (url, server):
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(httpx.post, f"{url}/decide", json=_body(), timeout=30)
+            time.sleep(0.5)
+            server.should_exit = True
+            response = pending.result()
     assert response.status_code == 503, response.text
     error = response.json()["error"]
     assert error["type"] == "unavailable" and "shut down" in error["message"]

@@ -52,12 +52,24 @@ def free_port() -> int:
 @contextmanager
 def running_server(app: Any, port: int | None = None, timeout: float = 60.0) -> Iterator[str]:
     """Run ``app`` with uvicorn in a thread on loopback; yields its base URL, stops on exit."""
+    with started_server(app, port, timeout) as (url, _):
+        yield url
+
+
+@contextmanager
+def started_server(
+    app: Any, port: int | None = None, timeout: float = 60.0, **options: Any
+) -> Iterator[tuple[str, Any]]:
+    """:func:`running_server` yielding the uvicorn server too (for tests that stop it
+    themselves), with ``options`` passed to ``uvicorn.Config`` (``timeout_graceful_shutdown``,
+    ``log_level``)."""
     import uvicorn
 
     from decision.serve.app import ServiceServer
 
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port,
+                            **{"log_level": "warning", "lifespan": "on", **options})
     server = ServiceServer(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
     thread.start()
@@ -70,7 +82,7 @@ def running_server(app: Any, port: int | None = None, timeout: float = 60.0) -> 
             raise RuntimeError(f"the server did not start within {timeout} s")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", server
     finally:
         server.should_exit = True
         thread.join(timeout)
