@@ -24,7 +24,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -47,11 +47,14 @@ def _fail_without_cuda() -> None:
         sys.exit(2)
 
 
-def bench(fn: Callable[[], object]) -> float:
-    """Median time of ``fn`` in milliseconds (triton.testing.do_bench)."""
+def bench(fn: Callable[[], object], grads: Sequence[torch.Tensor] = ()) -> float:
+    """Median time of ``fn`` in milliseconds (triton.testing.do_bench). ``grads``: the leaves a
+    backward fills, their ``.grad`` cleared before each repeat (else every repeat after the
+    first also times an accumulation kernel per leaf)."""
     from triton.testing import do_bench
 
-    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    return float(do_bench(fn, warmup=25, rep=100, grad_to_none=list(grads) or None,
+                          return_mode="median"))
 
 
 def machine_rates() -> tuple[float, float]:
@@ -156,6 +159,13 @@ def block_cost(b: int, l_: int, hk: int, hv: int, d: int, bwd: bool) -> tuple[fl
     return (3 * io, 2.5 * flops) if bwd else (io, flops)
 
 
+def sdpa_cost(b: int, l_: int, hv: int, d: int) -> tuple[float, float]:
+    """(minimal bytes, FLOPs) of plain attention over the block: bf16 q, k, v (k and v expanded
+    to the value heads) and o, and the two matmuls; no history unit (the readout of
+    :func:`block_cost` is not its work)."""
+    return b * l_ * hv * d * 2 * 4, b * hv * 2 * 2 * l_ * l_ * d
+
+
 def report(name: str, ms: float, cost: tuple[float, float], bw: float, rate: float) -> None:
     floor = max(cost[0] / bw, cost[1] / rate) * 1e3
     print(f"  {name:46s} {ms:9.3f} ms   floor {floor:8.3f} ms   achieved {floor / ms:6.1%}")
@@ -184,7 +194,8 @@ def time_gdn(sizes: list[int], bw: float, rate: float, hk: int = 16, hv: int = 3
             o, s = chunk_gated_delta_rule(**leaves, backend="triton")
             torch.autograd.backward((o, s), (torch.ones_like(o), torch.ones_like(s)))
 
-        report(f"ours fwd+bwd   T={t:6d}", bench(fwd_bwd), gdn_cost(t, hk, hv, d, True), bw, rate)
+        report(f"ours fwd+bwd   T={t:6d}", bench(fwd_bwd, list(leaves.values())),
+               gdn_cost(t, hk, hv, d, True), bw, rate)
         from decision.kernels.gated_delta_rule import triton_chunk
 
         fell_back = any(key[:2] == (d, d) for key in triton_chunk._NO_FIT)
@@ -228,7 +239,8 @@ def time_block(sizes: list[int], bw: float, rate: float, hk: int = 16, hv: int =
         def fwd_bwd(leaves: dict[str, torch.Tensor] = leaves) -> None:
             block_attention(**leaves, backend="triton").sum().backward()
 
-        report(f"ours fwd+bwd   B={b} L={l_:4d}", bench(fwd_bwd),
+        report(f"ours fwd+bwd   B={b} L={l_:4d}",
+               bench(fwd_bwd, [v for v in leaves.values() if v.requires_grad]),
                block_cost(b, l_, hk, hv, d, True), bw, rate)
         qs = x["q"].detach().repeat_interleave(hv // hk, 2).transpose(1, 2)
         ks = x["k"].detach().repeat_interleave(hv // hk, 2).transpose(1, 2)
@@ -236,7 +248,7 @@ def time_block(sizes: list[int], bw: float, rate: float, hk: int = 16, hv: int =
         sdpa = torch.nn.functional.scaled_dot_product_attention
         report(f"SDPA (no history unit) B={b} L={l_:4d}",
                bench(lambda sdpa=sdpa, qs=qs, ks=ks, vs=vs: sdpa(qs, ks, vs)),
-               block_cost(b, l_, hk, hv, d, False), bw, rate)
+               sdpa_cost(b, l_, hv, d), bw, rate)
 
 
 def main() -> None:

@@ -260,7 +260,7 @@ def main() -> None:
               f"{wall / joint_wall:.1f}x |{right}")
     print()
     print("| at least one a step | threshold | steps | tokens / forward | CPU (ms) | "
-          "constraint share of step | sampler share of step |")
+          "constraint share of step (last repeat) | sampler share of step (last repeat) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     minimum = {"row": "token per pass", "answer": "whole answer per pass", "slot": "token per slot"}
     for name in ("answer", "row", "slot"):

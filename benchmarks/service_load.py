@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import platform
 import subprocess
@@ -77,7 +78,7 @@ class Cell:
         if not data:
             return float("nan")
         # nearest-rank percentile
-        k = max(0, min(len(data) - 1, int(round(q / 100 * len(data) + 0.5)) - 1))
+        k = max(0, min(len(data) - 1, math.ceil(q / 100 * len(data)) - 1))
         return data[k]
 
 

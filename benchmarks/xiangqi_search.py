@@ -15,6 +15,7 @@ third occurrence), what ``ModelPlayer`` adds to a move. One process, one core.
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import statistics
 import sys
@@ -51,7 +52,7 @@ def main() -> int:
     print("|---:|---:|---:|---:|---:|")
     rule = sorted(_ms(repetition_safe_moves, board) for board in boards)
     print(f"| 0 (repetition rule only) | {statistics.median(rule):.1f} "
-          f"| {rule[int(0.9 * len(rule))]:.1f} | {rule[-1]:.1f} | - |")
+          f"| {_p90(rule):.1f} | {rule[-1]:.1f} | - |")
     for depth in args.depths:
         config = SearchConfig(depth=depth)
         times, nodes = [], []
@@ -61,9 +62,14 @@ def main() -> int:
             search.negamax(board.turn, depth, float("-inf"), float("inf"), 0)
             nodes.append(search.nodes)
         times.sort()
-        print(f"| {depth} | {statistics.median(times):.1f} | {times[int(0.9 * len(times))]:.1f} "
+        print(f"| {depth} | {statistics.median(times):.1f} | {_p90(times):.1f} "
               f"| {times[-1]:.1f} | {int(statistics.median(nodes))} |")
     return 0
+
+
+def _p90(ordered: list[float]) -> float:
+    """The nearest-rank 90th percentile of sorted values."""
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
 
 
 def _ms(function: Callable[..., object], *args: object) -> float:
