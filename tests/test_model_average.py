@@ -108,3 +108,17 @@ def test_an_out_that_cannot_be_written_is_one_line_and_leaves_nothing(
     assert main([*paths, "--out", str(tmp_path / "mean")]) == 2
     assert "No space left on device" in capsys.readouterr().err
     assert not (tmp_path / "mean").exists()
+
+
+@pytest.mark.parametrize("weights", [None, [1.5, -0.5]])
+def test_tied_embeddings_are_averaged_once(tmp_path: Path, weights: list[float] | None) -> None:
+    # the tied tensor is in the state under both names: copied in place at the first, it was
+    # averaged again at the second (0.25 a + 0.75 b for the plain mean of two)
+    models = [tiny_model(seed, tie_word_embeddings=True) for seed in (1, 2)]
+    for i, model in enumerate(models):
+        model.save(tmp_path / f"m{i}")
+    mean = average_models([tmp_path / "m0", tmp_path / "m1"], weights)
+    w = weights or [0.5, 0.5]
+    want = sum(wi * m.model.embed_tokens.weight for wi, m in zip(w, models, strict=True))
+    assert torch.allclose(mean.model.embed_tokens.weight, want, atol=1e-6)
+    assert mean.lm_head.weight.data_ptr() == mean.model.embed_tokens.weight.data_ptr()

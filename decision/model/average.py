@@ -51,13 +51,16 @@ def average_models(paths: Sequence[str | Path],
             raise CheckpointError(f"{path}: tokenizer differs from {paths[0]}'s")
     states = [m.state_dict() for m in models]
     with torch.no_grad():
-        for name, tensor in states[0].items():
+        # every mean before any copy: a tied tensor (embed_tokens and lm_head with
+        # tie_word_embeddings) is listed under both names, and copying the first mean in place
+        # made the second name average the first model's already averaged tensor again
+        means = {}
+        for name in states[0]:
             stacked = torch.stack([s[name].float() for s in states])
-            if weights is None:
-                mean = stacked.mean(dim=0)
-            else:
-                mean = torch.tensordot(weight_vector, stacked, dims=1)
-            tensor.copy_(mean.to(tensor.dtype))
+            means[name] = (stacked.mean(dim=0) if weights is None
+                           else torch.tensordot(weight_vector, stacked, dims=1))
+        for name, tensor in states[0].items():
+            tensor.copy_(means[name].to(tensor.dtype))
     return first
 
 
