@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -44,21 +47,33 @@ def _metrics() -> ServiceMetrics:
     return ServiceMetrics(queue_depth=lambda: 0.0, model_loaded=lambda: 1.0)
 
 
-def test_requests_waiting_together_are_batched() -> None:
-    engine = RecordingEngine()
-    metrics = _metrics()
-    worker = BatchWorker(engine, max_batch_size=4, max_wait_s=0.05, queue_size=64, metrics=metrics)
+@contextmanager
+def _held_worker(
+    engine: RecordingEngine, first: int = 0, **settings: Any
+) -> Iterator[tuple[BatchWorker, Future[Any]]]:
+    """A started worker held inside ``decide_many`` on request ``first`` (the engine's gate
+    closed) until the test opens the gate; stopped on exit."""
+    worker = BatchWorker(engine, **settings)
     worker.start()
     try:
         engine.gate.clear()
-        first = worker.submit(0, timeout_s=10)
-        assert engine.entered.wait(5)  # the worker is busy with request 0 alone
+        held = worker.submit(first, timeout_s=10)
+        assert engine.entered.wait(5)
+        yield worker, held
+    finally:
+        worker.stop()
+
+
+def test_requests_waiting_together_are_batched() -> None:
+    engine = RecordingEngine()
+    metrics = _metrics()
+    # the worker is busy with request 0 alone
+    with _held_worker(engine, max_batch_size=4, max_wait_s=0.05, queue_size=64,
+                      metrics=metrics) as (worker, first):
         futures = [worker.submit(i, timeout_s=10) for i in range(1, 10)]
         engine.gate.set()
         assert first.result(5) == 0
         assert [f.result(5) for f in futures] == [2 * i for i in range(1, 10)]
-    finally:
-        worker.stop()
     sizes = [len(b) for b in engine.batches]
     assert sizes[0] == 1
     assert max(sizes) == 4  # capped by max_batch_size
@@ -70,12 +85,8 @@ def test_requests_waiting_together_are_batched() -> None:
 
 def test_failure_in_a_batch_fails_only_the_request_at_fault() -> None:
     engine = RecordingEngine()
-    worker = BatchWorker(engine, max_batch_size=8, max_wait_s=0.05, queue_size=64)
-    worker.start()
-    try:
-        engine.gate.clear()
-        blocker = worker.submit(100, timeout_s=10)
-        assert engine.entered.wait(5)
+    with _held_worker(engine, 100, max_batch_size=8, max_wait_s=0.05,
+                      queue_size=64) as (worker, blocker):
         futures = [worker.submit(i, timeout_s=10) for i in (1, 2, -1, 3)]
         engine.gate.set()
         assert blocker.result(5) == 200
@@ -86,20 +97,13 @@ def test_failure_in_a_batch_fails_only_the_request_at_fault() -> None:
         assert futures[3].result(5) == 6
         # after the failure the worker still answers
         assert worker.submit(7, timeout_s=5).result(5) == 14
-    finally:
-        worker.stop()
     assert [1, 2, -1, 3] in engine.batches  # tried together first, then one by one
     assert [-1] in engine.batches and [3] in engine.batches
 
 
 def test_full_queue_is_refused_at_once() -> None:
     engine = RecordingEngine()
-    worker = BatchWorker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=2)
-    worker.start()
-    try:
-        engine.gate.clear()
-        worker.submit(0, timeout_s=10)
-        assert engine.entered.wait(5)
+    with _held_worker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=2) as (worker, _):
         worker.submit(1, timeout_s=10)
         worker.submit(2, timeout_s=10)
         start = time.monotonic()
@@ -107,18 +111,11 @@ def test_full_queue_is_refused_at_once() -> None:
             worker.submit(3, timeout_s=10)
         assert time.monotonic() - start < 0.5
         engine.gate.set()
-    finally:
-        worker.stop()
 
 
 def test_expired_and_cancelled_requests_are_never_decided() -> None:
     engine = RecordingEngine()
-    worker = BatchWorker(engine, max_batch_size=8, max_wait_s=0.0, queue_size=8)
-    worker.start()
-    try:
-        engine.gate.clear()
-        worker.submit(0, timeout_s=10)
-        assert engine.entered.wait(5)
+    with _held_worker(engine, max_batch_size=8, max_wait_s=0.0, queue_size=8) as (worker, _):
         expired = worker.submit(5, timeout_s=0.01)
         cancelled = worker.submit(6, timeout_s=10)
         assert cancelled.cancel()
@@ -128,8 +125,6 @@ def test_expired_and_cancelled_requests_are_never_decided() -> None:
         assert live.result(5) == 14
         with pytest.raises(RequestExpiredError):
             expired.result(5)
-    finally:
-        worker.stop()
     decided = [r for b in engine.batches for r in b]
     assert 5 not in decided and 6 not in decided
 
@@ -233,12 +228,7 @@ def test_requests_whose_caller_gave_up_keep_no_queue_slot() -> None:
     # reached it: with the worker busy on a long batch, new clients got 429 (and /health a
     # queue depth) while nobody waited.
     engine = RecordingEngine()
-    worker = BatchWorker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=2)
-    worker.start()
-    try:
-        engine.gate.clear()
-        worker.submit(0, timeout_s=10)
-        assert engine.entered.wait(5)
+    with _held_worker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=2) as (worker, _):
         disconnected = worker.enqueue(1, timeout_s=10)
         expired = worker.enqueue(2, timeout_s=0.01)
         assert worker.depth == 2
@@ -254,27 +244,18 @@ def test_requests_whose_caller_gave_up_keep_no_queue_slot() -> None:
                 gone.future.result(5)
         engine.gate.set()
         assert [f.result(5) for f in fresh] == [6, 8]
-    finally:
-        worker.stop()
     decided = [r for b in engine.batches for r in b]
     assert 1 not in decided and 2 not in decided
 
 
 def test_a_cancelled_future_keeps_no_queue_slot() -> None:
     engine = RecordingEngine()
-    worker = BatchWorker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=1)
-    worker.start()
-    try:
-        engine.gate.clear()
-        worker.submit(0, timeout_s=10)
-        assert engine.entered.wait(5)
+    with _held_worker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=1) as (worker, _):
         assert worker.submit(1, timeout_s=10).cancel()
         assert worker.depth == 0
         live = worker.submit(2, timeout_s=10)
         engine.gate.set()
         assert live.result(5) == 4
-    finally:
-        worker.stop()
 
 
 def test_every_decide_many_call_is_in_the_batch_metrics() -> None:
@@ -282,20 +263,13 @@ def test_every_decide_many_call_is_in_the_batch_metrics() -> None:
     # decision_batch_seconds: only the calls that returned were observed.
     engine = RecordingEngine()
     metrics = _metrics()
-    worker = BatchWorker(engine, max_batch_size=8, max_wait_s=0.05, queue_size=64,
-                         metrics=metrics)
-    worker.start()
-    try:
-        engine.gate.clear()
-        blocker = worker.submit(100, timeout_s=10)
-        assert engine.entered.wait(5)
+    with _held_worker(engine, 100, max_batch_size=8, max_wait_s=0.05, queue_size=64,
+                      metrics=metrics) as (worker, blocker):
         futures = [worker.submit(i, timeout_s=10) for i in (1, -1, 2)]
         engine.gate.set()
         assert blocker.result(5) == 200
         for future in futures:
             future.exception(5)
-    finally:
-        worker.stop()
     assert [1, -1, 2] in engine.batches and [-1] in engine.batches
     calls = len(engine.batches)  # [100], [1, -1, 2], [1], [-1], [2]
     assert metrics.batch_size.count() == calls
