@@ -283,10 +283,9 @@ def _newcombe10(a: Sequence[bool], b: Sequence[bool], z: float = Z95) -> tuple[f
     """Newcombe's (1998) method 10 for B's rate minus A's on paired items: the Wilson intervals
     of the two rates combined with the continuity-corrected phi of the 2x2 table."""
     n = len(a)
-    both = sum(1 for x, y in zip(a, b, strict=True) if x and y)
-    a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
-    b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
-    neither = n - both - a_only - b_only
+    table = Counter((bool(x), bool(y)) for x, y in zip(a, b, strict=True))  # one pass
+    both, a_only = table[True, True], table[True, False]
+    b_only, neither = table[False, True], table[False, False]
     p_b, p_a = (both + b_only) / n, (both + a_only) / n
     l_b, u_b = wilson_interval(both + b_only, n, z)
     l_a, u_a = wilson_interval(both + a_only, n, z)
