@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -48,12 +49,20 @@ def exit_status(command: Callable[[], int], prefix: str = "", *, detail: bool = 
     """``command()``'s exit status, an error the library raises on purpose as one line on
     stderr: 2 for bad input (a config, an argument) or a checkpoint that cannot be loaded, 1 for
     another (a training run that diverged, TrainingError), 130 for Ctrl-C (outside the training
-    loop, which stops with a checkpoint). Each line starts with ``prefix``; ``detail`` adds the
-    input's field (``error (field): ...``) and says ``cannot load the model`` of a checkpoint,
-    as ``decision COMMAND`` does, where ``python -m decision.train`` and ``python -m
-    apps.xiangqi.train_player`` say ``error: ...`` of both."""
+    loop, which stops with a checkpoint), and 141 (128 + SIGPIPE, as a shell reports a program
+    a closed pipe stopped) without a word when the reader of stdout went away (``| head``). Each
+    line starts with ``prefix``; ``detail`` adds the input's field (``error (field): ...``) and
+    says ``cannot load the model`` of a checkpoint, as ``decision COMMAND`` does, where
+    ``python -m decision.train`` and ``python -m apps.xiangqi.train_player`` say ``error: ...``
+    of both."""
     try:
-        return command()
+        status = command()
+        if sys.stdout is not None:  # None when started with stdout closed (>&-)
+            sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's last flush
+        return status
+    except BrokenPipeError:
+        _drop_stdout()
+        return 141
     except DecisionInputError as exc:
         where = f" ({exc.field})" if detail and exc.field else ""
         print(f"{prefix}error{where}: {exc.message}", file=sys.stderr)
@@ -68,6 +77,16 @@ def exit_status(command: Callable[[], int], prefix: str = "", *, detail: bool = 
     except KeyboardInterrupt:
         print(f"{prefix}interrupted", file=sys.stderr)
         return 130
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device, so that what is still buffered is not written again
+    (at exit) to the pipe that refused it."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # no stdout, or none with a descriptor
+        pass
 
 
 if __name__ == "__main__":

@@ -129,6 +129,13 @@ def run_eval(
         raise DecisionInputError(f"--min-scope must be one of {MIN_SCOPES}", "min_scope")
     if commit not in COMMITS:
         raise DecisionInputError(f"--commit must be one of {COMMITS}", "commit")
+    out = Path(out_dir) if out_dir else None
+    if out is not None:  # before the evaluation, not after it (its results lost)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DecisionInputError(f"--out {out_dir}: cannot make the folder: {exc}",
+                                     "out") from None
     splits = {split_of(s) for s in (seed_start, seed_start + groups - 1)}
     if "train" in splits:
         print("warning: these seeds are TRAIN seeds; use TEST seeds (from 20000000) for "
@@ -165,9 +172,7 @@ def run_eval(
                     for m, v in lat.items())
         + ".\n"
     )
-    if out_dir:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         (out / "eval.json").write_text(json.dumps(result, indent=2))
         (out / "eval.md").write_text(report)
         with (out / "records.jsonl").open("w") as f:
@@ -198,6 +203,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.threads is not None and args.threads < 1:  # 0 was ignored, -1 a torch traceback
+        raise DecisionInputError(f"--threads must be >= 1, got {args.threads}", "threads")
     if args.threads:
         import torch
 

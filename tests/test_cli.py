@@ -172,3 +172,25 @@ def test_serve_refuses_a_bad_app_setting_before_it_loads_the_model(
     # without the apps their settings do not matter: it goes on to load the model
     assert main(["serve", "--no-apps", "--model", str(tmp_path / "absent"), "--port", "1"]) == 2
     assert "cannot load the model" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """``decision xiangqi perft --divide | head`` printed a BrokenPipeError traceback (exit 1)
+    once the reader had gone; now it stops without a word, 141 as for a program SIGPIPE ends."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "decision.cli", "xiangqi", "perft", "--depth", "1",
+             "--divide"],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == ""

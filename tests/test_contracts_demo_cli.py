@@ -112,3 +112,20 @@ def test_list_and_input_errors(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert "error (document): cannot read" in capsys.readouterr().err
     assert main(["contracts", "demo", "--max-steps", "0"]) == 2  # checked before loading a model
     assert "error (options.max_steps)" in capsys.readouterr().err
+
+
+def test_a_document_the_engine_refuses_prints_only_the_error(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A blank or too long document printed the title and the document on stdout, then the
+    error: the engine's refusal now comes before anything is printed."""
+    blank = tmp_path / "blank.txt"
+    blank.write_text("  \n")
+    long = tmp_path / "long.txt"
+    long.write_text("The Tenant gave notice. " * 3000)
+    for document in (blank, long):
+        assert main(["contracts", "demo", "--document", str(document), "--model",
+                     str(checkpoint)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.startswith("decision contracts: error (document): ")

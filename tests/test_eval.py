@@ -129,3 +129,28 @@ def test_eval_score_options_reaches_every_request(tiny_dir: Path) -> None:
     for answer in scored:
         probs = answer.option_probabilities
         assert answer.text == max(probs, key=probs.get)
+
+
+def test_eval_refuses_bad_threads_and_an_unusable_out_folder_before_it_evaluates(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--threads 0 was ignored and --threads -1 a torch traceback; --out naming a file failed
+    with a FileExistsError traceback after the whole evaluation, its results lost."""
+    import decision.evaluate
+
+    def no_evaluation(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("evaluated before refusing the argument")
+
+    monkeypatch.setattr(decision.evaluate, "evaluate_groups", no_evaluation)
+    base = ["--seed-start", "20000000", "--groups", "1", "--model", str(tiny_dir)]
+    for threads in ("0", "-1"):
+        assert main([*base, "--threads", threads]) == 2
+        assert f"error: --threads must be >= 1, got {threads}" in capsys.readouterr().err
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for out in (a_file, a_file / "sub"):
+        assert main([*base, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out {out}: cannot make the folder")
+        assert err.count("\n") == 1

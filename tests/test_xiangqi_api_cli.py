@@ -131,3 +131,20 @@ def test_an_app_built_in_code_on_an_unusable_store_answers_503(
     assert str(tmp_path) in err["message"] and "is a directory" in err["message"]
     monkeypatch.setenv("DECISION_XIANGQI_DB", str(tmp_path / "games.sqlite3"))
     assert client.post("/api/xiangqi/games").status_code == 201
+
+
+def test_serve_refuses_a_port_out_of_range_and_python_m_reports_bad_input(
+    tmp_path, capsys  # type: ignore[no-untyped-def]
+) -> None:
+    """``--port 70000`` ended ``decision xiangqi serve`` with an OverflowError traceback from the
+    socket; ``python -m apps.xiangqi.cli`` printed a traceback for a bad FEN."""
+    from decision.cli import main as decision_main
+
+    for port in ("70000", "-1"):
+        assert decision_main(["xiangqi", "serve", "--model", "random", "--port", port,
+                              "--db", str(tmp_path / "games.sqlite3")]) == 2
+        err = capsys.readouterr().err
+        assert err == ("decision xiangqi: error (port): --port must be from 0 to 65535, "
+                       f"got {port}\n")
+    assert main(["perft", "--depth", "1", "--fen", "garbage"]) == 2
+    assert capsys.readouterr().err.startswith("decision xiangqi: error (fen): FEN needs")

@@ -249,11 +249,12 @@ def run(args: argparse.Namespace) -> int:
     from decision.serve.engine import ModelEngine
 
     engine = ModelEngine.load(args.model, device=args.device)
+    # Decided before anything is printed: the engine refuses some documents (blank, too long for
+    # the model), and that error is then the whole output, not a title without its table.
+    runs = run_modes(engine, document, preset, args.threshold, args.max_steps)
     out = sys.stdout
     out.write(f"{title}\nmodel: {engine.name}\n\n")
     if not args.hide_document:
         out.write(_indent(document) + "\n")
-    out.flush()
-    runs = run_modes(engine, document, preset, args.threshold, args.max_steps)
     out.write(render(preset.requests(), runs, expected, args.probabilities))
     return 0

@@ -21,6 +21,7 @@ from apps.xiangqi.board import Board
 from apps.xiangqi.core import COLOR_NAMES
 from apps.xiangqi.errors import XiangqiError
 from apps.xiangqi.fen import STARTING_FEN
+from decision.errors import DecisionInputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -172,6 +173,8 @@ def run_serve(args: argparse.Namespace) -> int:
     from apps.xiangqi.api import create_app
     from apps.xiangqi.model_player import check_player_setting, player_from_setting
 
+    if not 0 <= args.port <= 65535:  # else a traceback from the socket once the server starts
+        raise DecisionInputError(f"--port must be from 0 to 65535, got {args.port}", "port")
     check_player_setting(args.model)  # a bad setting: exit 2 now, not a 503 at the first move
     app = create_app(args.db, lambda: player_from_setting(args.model))
     print(f"Xiangqi board at http://{args.host}:{args.port}/xiangqi/", file=sys.stderr)
@@ -187,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="decision")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["xiangqi", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.func(args))
+    from decision.cli import exit_status  # the decision CLI's one mapping of errors to statuses
+
+    return exit_status(lambda: int(args.func(args)), "decision xiangqi: ", detail=True)
 
 
 if __name__ == "__main__":
