@@ -118,11 +118,13 @@ def run_eval(
 
     from apps.contracts.generator import generate_groups
     from apps.contracts.splits import split_of
-    from decision.metrics import summarize
+    from decision.metrics import strict_json, summarize
     from decision.model import load_model
 
     if groups < 1:
         raise DecisionInputError("--groups must be >= 1", "groups")
+    if seed_start < 0:  # before the model loads, as every other argument
+        raise DecisionInputError(f"--seed-start must be >= 0, got {seed_start}", "seed_start")
     if batch_size < 1:
         raise DecisionInputError("--batch-size must be >= 1", "batch_size")
     if min_scope not in MIN_SCOPES:
@@ -173,7 +175,7 @@ def run_eval(
         + ".\n"
     )
     if out is not None:
-        (out / "eval.json").write_text(json.dumps(result, indent=2))
+        (out / "eval.json").write_text(json.dumps(strict_json(result), indent=2, allow_nan=False))
         (out / "eval.md").write_text(report)
         with (out / "records.jsonl").open("w") as f:
             for r in records:

@@ -325,6 +325,18 @@ def paired_hits_difference(a: Sequence[bool], b: Sequence[bool], z: float = Z95)
                       low, high, b_only, a_only)
 
 
+def strict_json(value: Any) -> Any:
+    """``value`` with NaN/inf (an undefined standard error, as with one group) as null, so that
+    ``json.dumps(..., allow_nan=False)`` writes strict JSON that every reader takes."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    return value
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
 

@@ -154,3 +154,28 @@ def test_eval_refuses_bad_threads_and_an_unusable_out_folder_before_it_evaluates
         err = capsys.readouterr().err
         assert err.startswith(f"error: --out {out}: cannot make the folder")
         assert err.count("\n") == 1
+
+
+def test_one_group_writes_strict_json_and_a_negative_seed_is_refused_before_loading(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With one group the clustered standard error is undefined: eval.json held a bare NaN
+    (JavaScript's JSON.parse refuses the file); it is null now. A negative --seed-start was
+    refused only after the model had loaded (and after the TRAIN-seeds warning)."""
+    run_eval(str(tiny_dir), 20_000_000, 1, batch_size=1, out_dir=str(tmp_path), n_boot=50)
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"non-standard JSON constant {constant}")
+
+    json.loads((tmp_path / "eval.json").read_text(), parse_constant=refuse)
+    capsys.readouterr()  # the evaluation's progress lines
+
+    import decision.model
+
+    def no_load(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("loaded the model before refusing the seed")
+
+    monkeypatch.setattr(decision.model, "load_model", no_load)
+    assert main(["--seed-start", "-5", "--groups", "2", "--model", str(tiny_dir)]) == 2
+    assert capsys.readouterr().err == "error: --seed-start must be >= 0, got -5\n"

@@ -9,11 +9,10 @@ They are computed from the predictions *file*, so a resumed run reports the whol
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-from decision.metrics import Record, summarize
+from decision.metrics import Record, strict_json, summarize
 from decision.scoring.gold import gold_key
 from decision.scoring.output import PredictionRow
 from decision.scoring.runner import ScoreResult
@@ -97,24 +96,13 @@ def build_summary(
     return data, "\n".join(lines)
 
 
-def _finite(value: Any) -> Any:
-    """NaN/inf (an undefined standard error) as null, so the file is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def write_summary(
     result: ScoreResult, out_path: Path, model_name: str, input_path: Path
 ) -> tuple[Path, Path]:
     """Write both summary files; returns their paths."""
     data, markdown = build_summary(result, model_name, input_path, out_path)
     json_path, md_path = summary_paths(out_path)
-    text = json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+    text = json.dumps(strict_json(data), indent=2, allow_nan=False) + "\n"
     json_path.write_text(text, encoding="utf-8")
     md_path.write_text(markdown, encoding="utf-8")
     return json_path, md_path
