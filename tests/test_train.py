@@ -458,6 +458,30 @@ def test_resume_inside_a_length_window_continues_exactly(tmp_path: Path) -> None
     assert part2.loop.losses == pytest.approx(full.loop.losses[7:], rel=1e-5, abs=1e-6)
 
 
+def test_resume_after_a_crash_keeps_one_validation_record_a_step(tmp_path: Path) -> None:
+    """A run killed after a validation but before its next checkpoint validates that step
+    again when resumed: evals.jsonl keeps one record a step, the resumed run's."""
+    import shutil
+
+    def cfg() -> TrainConfig:
+        config = tiny_config(tmp_path / "run", max_steps=4, eval_every=2)
+        return replace(config, data=replace(config.data, val_groups=1))
+
+    train(cfg(), max_steps=2)
+    shutil.copytree(tmp_path / "run" / "checkpoint", tmp_path / "at2")
+    train(cfg(), resume=True)  # validates step 4, then checkpoints it
+    shutil.rmtree(tmp_path / "run" / "checkpoint")  # killed before that checkpoint
+    shutil.copytree(tmp_path / "at2", tmp_path / "run" / "checkpoint")
+    result = train(cfg(), resume=True)
+    lines = (tmp_path / "run" / "evals.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [2, 4]
+    assert [json.loads(line) for line in lines] == result.loop.evals
+    shutil.rmtree(tmp_path / "run" / "checkpoint")  # killed before the first checkpoint
+    train(cfg(), resume=True)  # no checkpoint: a fresh run from step 0
+    lines = (tmp_path / "run" / "evals.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [2, 4]
+
+
 @pytest.mark.parametrize(("section", "key", "value", "field"), [
     ("model", "hidden_sise", 32, "model.hidden_sise"),  # a typo: was a TypeError after the BPE
     ("model", "num_hidden_layers", 3, "model"),  # 3 layers, 2 layer_types

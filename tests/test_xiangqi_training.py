@@ -779,3 +779,22 @@ def test_the_training_keys_cache_is_read_only_for_its_own_games(
     assert cached_training_keys(b, cache) == training_keys(games[1:3])  # read back
     Path(f"{cache}.source.json").unlink()  # a cache without its record (older ones)
     assert cached_training_keys(a, cache) == training_keys(games[:1])
+
+
+def test_player_resume_after_a_crash_keeps_one_validation_record_a_step(tmp_path: Path) -> None:
+    """A run killed after a validation but before its next checkpoint validated that step again
+    when resumed, and evals.jsonl held two records of it."""
+    import shutil
+
+    from apps.xiangqi.train_player import train
+
+    config = edited_player_config(tmp_path, "evals", {"run": {"max_steps": 4, "eval_every": 2}})
+    train(config, max_steps=2)
+    run = tmp_path / "run"
+    shutil.copytree(run / "checkpoint", tmp_path / "at2")
+    train(config, resume=True)  # validates step 4, then checkpoints it
+    shutil.rmtree(run / "checkpoint")  # killed before that checkpoint
+    shutil.copytree(tmp_path / "at2", run / "checkpoint")
+    train(config, resume=True)
+    steps = [json.loads(line)["step"] for line in (run / "evals.jsonl").read_text().splitlines()]
+    assert steps == [2, 4]

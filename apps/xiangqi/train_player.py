@@ -77,6 +77,7 @@ from decision.train.recipe import (
     check_export_dest,
     check_num_segments,
     start_model,
+    trim_evals,
 )
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
@@ -373,6 +374,7 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
             "the position mirrored, colour-swapped or both")
     val = validation_examples(valid, xq.val_positions, xq.seed + 2)
     evals_path = out / "evals.jsonl"
+    trim_evals(evals_path, 0 if state is None else state["step"])  # as decision.train does
 
     def validate(m: Any, step: int) -> dict[str, Any]:
         t = time.monotonic()

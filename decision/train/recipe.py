@@ -207,6 +207,30 @@ def start_model(
     return model, None
 
 
+def trim_evals(path: Path, step: int) -> None:
+    """Drop the records of ``path`` (evals.jsonl) after ``step``, the checkpoint a run resumes
+    from: a run killed after a validation but before its next checkpoint wrote them, and the
+    resumed run validates those steps again (a second record for the step, or one of another
+    config's timeline). Lines that are not a record with a step are kept."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+
+    def later(line: str) -> bool:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return False
+        return isinstance(record, dict) and isinstance(record.get("step"), int) \
+            and record["step"] > step
+
+    kept = [line for line in lines if not later(line)]
+    if len(kept) < len(lines):
+        path.write_text("".join(kept))
+        log(f"{path}: dropped {len(lines) - len(kept)} record(s) after step {step}, the "
+            "checkpoint's step (validated again as the run resumes)")
+
+
 def train(
     cfg: TrainConfig,
     resume: bool = False,
@@ -239,12 +263,15 @@ def train(
         return tokenizer
 
     model, state = start_model(cfg, out, resume_from, init_from, new_tokenizer)
+    evals_path = out / "evals.jsonl"
+    # a fresh run here is a --resume without a checkpoint (else check_no_run refused the
+    # directory): the records of its lost steps go too
+    trim_evals(evals_path, 0 if state is None else state["step"])
     tokenizer = model.tokenizer
     log(f"model: {count_parameters(model) / 1e6:.2f}M parameters")
     ids = special_ids(tokenizer)
     source = RowSource(cfg, tokenizer)
     val = ValidationSet(cfg, tokenizer)
-    evals_path = out / "evals.jsonl"
 
     def validate(m: Any, step: int) -> dict[str, Any]:
         t0 = time.monotonic()
