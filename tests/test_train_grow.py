@@ -181,3 +181,7 @@ def test_cli_upcycles_into_a_loadable_moe_checkpoint(tmp_path: Path,
         main([str(tmp_path / "small"), str(tmp_path / "zero"), "--experts", "4",
               "--expert-size", "0"])
     assert not (tmp_path / "zero").exists()
+    # the MLP width the source already has, with --experts, was "nothing to grow"
+    assert main([str(tmp_path / "small"), str(tmp_path / "same"), "--experts", "4",
+                 "--intermediate-size", "48"]) == 0
+    assert load_model(tmp_path / "same").config.num_experts == 4

@@ -36,7 +36,7 @@ class TokenizerSection:
 
     vocab_size: int = 1536
     corpus_groups: int = 3000  # generated groups whose text trains the tokenizer
-    seed: int = 7_000_000  # corpus seeds: a range of their own, disjoint from train/val/test
+    seed: int = 7_000_000  # corpus seeds (inside TRAIN's range: only the tokenizer reads that text)
 
 
 @dataclass

@@ -203,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.source} has no tokenizer.json")
     try:
         grown = source
-        if add or args.intermediate_size is not None or not args.experts:
+        # the source's own width with --experts is the upcycle alone, not "nothing to grow"
+        widen = args.intermediate_size not in (None, source.config.intermediate_size)
+        if add or widen or not args.experts:
             grown = grow(source, add, args.intermediate_size, args.seed)
         if args.experts:
             size = (max(grown.config.intermediate_size // 2, 1) if args.expert_size is None
