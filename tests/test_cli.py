@@ -194,3 +194,23 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
         os.close(write_end)
     assert proc.returncode == 141, proc.stderr
     assert proc.stderr == ""
+
+
+def test_decide_reads_files_saved_with_a_byte_order_mark(tmp_path: Path) -> None:
+    """A questions file an editor saved with a UTF-8 BOM was refused ("Unexpected UTF-8
+    BOM"), and a document's BOM became its first character."""
+    import argparse
+
+    from decision.serve.decide_command import read_body
+
+    document = tmp_path / "doc.txt"
+    document.write_text("\ufeffThe tenant gave 20 days of notice.", encoding="utf-8")
+    questions = tmp_path / "q.json"
+    questions.write_text("\ufeff" + json.dumps(
+        [{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}]), encoding="utf-8")
+    args = argparse.Namespace(document=str(document), questions=str(questions), mode=None,
+                              threshold=None, max_steps=None, commit=None, probabilities=False,
+                              score_options=False)
+    body = read_body(args)
+    assert body.document == "The tenant gave 20 days of notice."
+    assert [q.id for q in body.questions] == ["a"]

@@ -65,7 +65,9 @@ def _write(path: Path, rows: list[list[str]], header: tuple[str, ...] = HEADER) 
 
 def test_document_from_a_file_and_empty_cells(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "lease.txt").write_text("A lease.\nRent: $900 per month.")
+    # saved with a byte-order mark, which was read as the document's first character
+    (tmp_path / "docs" / "lease.txt").write_text("\ufeffA lease.\nRent: $900 per month.",
+                                                 encoding="utf-8")
     path = _write(tmp_path / "in.csv", [
         ["g", "@docs/lease.txt", "q1", "Rent?", "integer", '{"minimum": 0}', "900"],
         ["g", "", "q2", "Late?", "boolean", "{}", ""],

@@ -121,9 +121,11 @@ def test_a_document_the_engine_refuses_prints_only_the_error(
     error: the engine's refusal now comes before anything is printed."""
     blank = tmp_path / "blank.txt"
     blank.write_text("  \n")
+    blank_with_bom = tmp_path / "bom.txt"  # an editor's byte-order mark is no text
+    blank_with_bom.write_text("\ufeff  \n", encoding="utf-8")
     long = tmp_path / "long.txt"
     long.write_text("The Tenant gave notice. " * 3000)
-    for document in (blank, long):
+    for document in (blank, blank_with_bom, long):
         assert main(["contracts", "demo", "--document", str(document), "--model",
                      str(checkpoint)]) == 2
         captured = capsys.readouterr()

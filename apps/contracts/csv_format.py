@@ -222,7 +222,7 @@ def resolve_document(cell: str, base: Path, where: str | None = "row") -> str:
     if cell.startswith("@"):
         target = (base / cell[1:]).resolve()
         try:
-            return target.read_text(encoding="utf-8")
+            return target.read_text(encoding="utf-8-sig")  # a BOM is no part of the text
         except OSError as exc:
             raise _cell_error(where, "document", f"cannot read document file {cell[1:]!r} "
                                                  f"({exc.strerror})") from None

@@ -231,8 +231,8 @@ def run(args: argparse.Namespace) -> int:
     example = get_example(args.example)
     preset = get_preset(args.preset or example.preset)
     if args.document is not None:
-        try:
-            document = Path(args.document).read_text(encoding="utf-8")
+        try:  # utf-8-sig: an editor's byte-order mark is no part of the text
+            document = Path(args.document).read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:
             raise DecisionInputError(f"cannot read {args.document}: {exc}", "document") from None
         title = f"{args.document} (preset {preset.id})"

@@ -43,11 +43,13 @@ def read_body(args: argparse.Namespace) -> Any:
     from decision.serve.api import parse_decide_body
 
     try:
-        document = Path(args.document).read_text(encoding="utf-8")
+        # utf-8-sig: an editor's byte-order mark is no part of the text (decision score and
+        # the contracts CSVs read theirs the same way)
+        document = Path(args.document).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise DecisionInputError(f"cannot read {args.document}: {exc}", "document") from None
     try:
-        raw = json.loads(Path(args.questions).read_text(encoding="utf-8"))
+        raw = json.loads(Path(args.questions).read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as exc:
         raise DecisionInputError(f"cannot read {args.questions}: {exc}", "questions") from None
     except json.JSONDecodeError as exc:
