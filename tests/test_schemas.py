@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -147,7 +148,12 @@ def test_invalid_schemas_rejected(payload) -> None:
      ("(a{100}){100}", "expands"), ("(", "invalid"),
      # a regex that matches nothing was outlines-core's "vocabulary provided is incompatible
      # ... may be due to an encoding issue in your vocabulary", naming the answer, not the regex
-     ("[^\\s\\S]", "matches no text"), ("a[^\\s\\S]b", "matches no text")],
+     ("[^\\s\\S]", "matches no text"), ("a[^\\s\\S]b", "matches no text"),
+     # Rust reads whitespace in braces as a repetition, Python as text: the expanded size read
+     # 17 units and the compile ran into the 10 s limit; a{2, 5} compiled as a{2,5}, which
+     # Python's matches() reads as the text "a{2, 5}"
+     ("(a{ 1000 }){ 1000 }", "counted repetition with whitespace"),
+     ("a{2, 5}", "counted repetition with whitespace")],
 )
 def test_bad_regexes_fail_fast(ctx, regex: str, needle: str) -> None:
     with pytest.raises(SchemaError) as err:
@@ -191,6 +197,15 @@ def test_json_validate_subset() -> None:
 def test_guard_counts_expansion() -> None:
     assert check_regex("[a-h][1-8]", "f") == 2
     assert check_regex("(ab){3}", "f") == 6
+
+
+def test_guard_refuses_braces_rust_reads_as_a_spaced_repetition() -> None:
+    for regex in ("x{ 3 }", "\\\\{ 3 }", "a{3 ,}", "(?x)a{ 3 }", "a{\t3}", "b{3,\u00a05}"):
+        with pytest.raises(SchemaError, match="counted repetition with whitespace"):
+            check_regex(regex, "f")
+    # braces that are text for both: escaped, in a class, or not a repetition
+    for regex in ("\\{ 3 }", "[{ 3 }]", "[]{ 3 }]", "[^]{ 3 }]", "a{3,5}", "a{x }"):
+        assert check_regex(regex, "f") > 0
 
 
 def test_full_match_semantics_not_leftmost_first(ctx) -> None:
@@ -248,6 +263,10 @@ def test_oversized_choice_slot_refused(ctx) -> None:
         ({"enum": [10**30]}, "q.schema.enum"),
         ({"const": 2**63}, "q.schema.const"),
         ({"const": {"n": [-(2**63) - 1]}}, "q.schema.const"),
+        # and reads some floats as their neighbour: the answer 123.45678901234568 was not the
+        # enum's 123.45678901234567
+        ({"enum": [123.45678901234567, "x"]}, "q.schema.enum"),
+        ({"const": {"x": [1e-274]}}, "q.schema.const"),
     ],
 )
 def test_json_schema_errors_name_the_keyword(ctx, schema, field) -> None:
@@ -260,6 +279,26 @@ def test_json_keys_and_integers_a_regex_gives_back_are_accepted(ctx) -> None:
     for schema in ({"type": "object", "properties": {"é k-1": {"type": "boolean"}}},
                    {"enum": ['a"b', "c\\d", {"k": 'q"'}, 2**63 - 1, -(2**63)]}):
         compile_answer(JsonAnswer(schema=schema), ctx, "q")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_json_enum_floats_are_given_back_exactly_or_refused(value: float) -> None:
+    # the answer a float const allows is that float, never its neighbour
+    try:
+        regex = json_regex({"const": value})
+    except SchemaError as err:
+        assert "another number" in err.message
+        return
+    assert json.loads(re.sub(r"\\(.)", r"\1", regex)) == value
+
+
+def test_json_enum_floats_of_few_digits_accepted(ctx) -> None:
+    values = [0.1, 2.5, -0.0, 1e300, 0.001, 3.141592653589793, 0.30000000000000004]
+    automaton = compile_answer(JsonAnswer(schema={"enum": values}, max_tokens=32), ctx)
+    for value in values:
+        ids = [ctx.by_bytes[bytes([b])][0] for b in json.dumps(value).encode()]
+        assert _accepts(automaton, ids + [ctx.special.eos] * (32 - len(ids))), value
 
 
 def test_json_enum_with_its_type_accepted(ctx) -> None:

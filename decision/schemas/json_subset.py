@@ -9,6 +9,8 @@ fails fast with a ``SchemaError`` naming the keyword, never a silently unenforce
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from outlines_core.json_schema import build_regex_from_schema
@@ -116,10 +118,26 @@ def _check_name(name: str, field: str) -> None:
                           "backslash or a control character), which is not supported", field)
 
 
+def _float_read_back(value: float) -> float:
+    """The number outlines-core's regex of the const ``value`` spells: it parses schema numbers
+    without round-trip precision, so a float of many digits can come back as its neighbour
+    (``123.45678901234567`` as ``123.45678901234568``)."""
+    literal = build_regex_from_schema(json.dumps({"const": value}))
+    return float(re.sub(r"\\(.)", r"\1", literal))
+
+
 def _check_literal(value: Any, field: str) -> None:
     """Refuse an enum/const value the regex cannot give back as itself: an object key JSON
-    escapes, or an integer beyond 64 bits (anywhere inside the value)."""
-    if isinstance(value, bool) or value is None or isinstance(value, str | float):
+    escapes, an integer beyond 64 bits, or a float outlines-core reads as another number
+    (anywhere inside the value)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, float):
+        if math.isfinite(value):  # NaN and infinities are not JSON: json_regex refuses them
+            read = _float_read_back(value)
+            if read != value:
+                raise SchemaError(f"number {value!r} in enum/const is read by outlines-core as "
+                                  f"{read!r}, another number, which is not supported", field)
         return
     if isinstance(value, int):
         if not _INT64[0] <= value <= _INT64[1]:

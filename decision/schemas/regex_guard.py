@@ -48,10 +48,48 @@ def _size(pattern: sre_parse.SubPattern | list, field: str) -> int:
     return total
 
 
+# a counted repetition as Rust's regex reads it, which allows whitespace inside the braces
+_RUST_REPEAT = re.compile(r"\{\s*[0-9]+\s*(?:,\s*[0-9]*\s*)?\}")
+
+
+def _spaced_repeat(regex: str) -> str | None:
+    """The first counted repetition holding whitespace (``a{ 3 }``, ``a{2, 5}``) outside a
+    character class: Rust's regex reads it as a repetition, Python's parser as text, so the
+    expanded size would miss it (``(a{ 1000 }){ 1000 }`` counted 17 units)."""
+    i, in_class = 0, False
+    while i < len(regex):
+        ch = regex[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[" and not in_class:
+            in_class = True
+            i += 1
+            i += regex.startswith("^", i)
+            i += regex.startswith("]", i)  # a "]" first in a class is a character
+            continue
+        if ch == "]":
+            in_class = False
+        elif ch == "{" and not in_class:
+            match = _RUST_REPEAT.match(regex, i)
+            if match and any(c.isspace() for c in match.group()):
+                return match.group()
+        i += 1
+    return None
+
+
 def check_regex(regex: str, field: str) -> int:
     """Validate ``regex`` and return its expanded size; raise ``SchemaError`` when unusable."""
     if not regex:
         raise SchemaError("regex is empty", field)
+    spaced = _spaced_repeat(regex)
+    if spaced is not None:
+        raise SchemaError(
+            f"regex has a counted repetition with whitespace ({spaced!r}), which outlines-core "
+            "reads as a repetition and Python as text; write it without spaces ({3}, {2,5}), "
+            "or escape the brace (\\{) for text",
+            field,
+        )
     try:
         parsed = sre_parse.parse(regex)
     except (re.error, RecursionError, OverflowError) as exc:
