@@ -173,3 +173,25 @@ def test_the_cpu_limit_stops_the_child_not_the_caller(ctx) -> None:
 
     with pytest.raises(SchemaError, match="within 1 s of CPU time"):
         compile_regex("[a-z]*a[a-z]{22}", ctx, budget=8, cpu_limit=1)
+
+
+def test_the_memory_limit_stops_the_child(ctx, monkeypatch) -> None:
+    """A JSON string of up to 10^9 characters grew the compiling child to ~2-3 GB within its
+    10 s of CPU time, four such compiles at a time in the service; the child's data is now
+    limited (RLIMIT_DATA) and the refusal says so. A small schema compiles under the limit."""
+    import time
+
+    from decision.errors import SchemaError
+    from decision.schemas import JsonAnswer, compile_answer
+    from decision.schemas import compile as compile_module
+
+    monkeypatch.setattr(compile_module, "COMPILE_MEMORY_LIMIT_BYTES", 96 << 20)
+    start = time.monotonic()
+    with pytest.raises(SchemaError) as refused:
+        compile_answer(JsonAnswer(schema={"type": "string", "maxLength": 10**9}), ctx,
+                       "questions.0.answer")
+    assert refused.value.message == ("regex automaton did not compile within 96 MiB of memory "
+                                     "(too large)")
+    assert time.monotonic() - start < 8  # the memory limit, not the 10 s of CPU time
+    small = JsonAnswer(schema={"type": "string", "maxLength": 7})
+    assert compile_answer(small, ctx, "questions.1.answer").num_states > 1

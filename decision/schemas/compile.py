@@ -8,6 +8,7 @@ is the answer followed by ``[EOS]`` padding and nothing may follow the padding.
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import math
 import multiprocessing
@@ -40,6 +41,10 @@ MAX_EDGES = 2_000_000
 # seconds): CPU time, unlike wall time, does not grow with the machine's load, so the refusal is a
 # property of the regex and is remembered (compile_answer).
 COMPILE_CPU_LIMIT_S = 10
+# ... and once it has grown its data by this much past the parent's (RLIMIT_DATA): within the CPU
+# limit a determinisation can reach ~3 GB, and the service runs four compiles at a time. The
+# largest automata the limits below let through take ~0.3 GB.
+COMPILE_MEMORY_LIMIT_BYTES = 1 << 30
 # Wall-time safety net for a child starved of CPU on a busy machine: a refusal at this limit says
 # nothing about the regex, so it is not remembered and a retry compiles again.
 COMPILE_WALL_LIMIT_S = 60.0
@@ -166,11 +171,30 @@ def _limit_cpu(seconds: int) -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
 
 
+def _limit_data(extra_bytes: int) -> None:
+    """Let this process's data (heap and private anonymous mappings, ``RLIMIT_DATA``) grow by at
+    most ``extra_bytes`` past what the fork inherited; past it an allocation fails."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            line = next(li for li in status if li.startswith("VmData:"))
+        inherited = int(line.split()[1]) * 1024  # "VmData:  123456 kB"
+    except (OSError, StopIteration, ValueError):  # not Linux: only the CPU limit holds
+        return
+    limit = inherited + extra_bytes
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+
+
 def _child(
-    conn, regex: str, vocabulary: Vocabulary, sentinel: int | None, cpu_limit: int
+    conn, regex: str, vocabulary: Vocabulary, sentinel: int | None, cpu_limit: int,
+    memory_limit: int,
 ) -> None:  # pragma: no cover - subprocess
     try:
+        faulthandler.disable()  # an abort at the memory limit is a refusal, not a crash to dump
         _limit_cpu(cpu_limit)
+        _limit_data(memory_limit)
         conn.send(("ok", _index_transitions(regex, vocabulary, sentinel)))
     except BaseException as exc:  # report every failure to the parent
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -199,8 +223,8 @@ def _guarded_transitions(
     wall_limit = COMPILE_WALL_LIMIT_S if wall_limit is None else wall_limit
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, regex, vocabulary, sentinel, cpu_limit),
-                       daemon=True)
+    proc = ctx.Process(target=_child, daemon=True, args=(
+        child, regex, vocabulary, sentinel, cpu_limit, COMPILE_MEMORY_LIMIT_BYTES))
     proc.start()
     child.close()
     try:
@@ -217,6 +241,8 @@ def _guarded_transitions(
                 f"regex automaton did not compile within {cpu_limit} s of CPU time (too large)",
                 field_name,
             ) from None
+        if proc.exitcode == -signal.SIGABRT:  # Rust aborts when an allocation fails
+            raise _memory_error(field_name) from None
         raise SchemaError(
             f"regex compilation crashed (exit code {proc.exitcode}; automaton too large?)",
             field_name,
@@ -227,8 +253,17 @@ def _guarded_transitions(
         proc.join()
         parent.close()
     if status != "ok":
+        if payload.startswith("MemoryError"):
+            raise _memory_error(field_name)
         raise _index_error(payload, field_name)
     return payload
+
+
+def _memory_error(field_name: str) -> SchemaError:
+    return SchemaError(
+        f"regex automaton did not compile within {COMPILE_MEMORY_LIMIT_BYTES >> 20} MiB of "
+        "memory (too large)", field_name,
+    )
 
 
 def _with_done(
