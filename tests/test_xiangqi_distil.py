@@ -72,6 +72,18 @@ def test_soft_target_files_are_read_and_checked(tmp_path: Path) -> None:
         load_soft_targets(tmp_path / "missing.jsonl")
 
 
+def test_soft_target_files_refuse_non_finite_probabilities(tmp_path: Path) -> None:
+    """A teacher that gave NaN writes it as JSON's NaN (``most_probable`` keeps it): the file
+    is refused when read, not accepted to make the run's loss NaN rows later."""
+    written = json.dumps({"row": 0, "fen": "F",
+                          "targets": most_probable({"h2e2": float("nan"), "b2e2": 0.4})})
+    for text in (written, '{"row": 0, "fen": "F", "targets": {"h2e2": Infinity}}'):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(text + "\n")
+        with pytest.raises(DecisionInputError, match="finite"):
+            load_soft_targets(bad)
+
+
 @pytest.fixture(scope="module")
 def games() -> list[Any]:
     if not VALID.is_file():

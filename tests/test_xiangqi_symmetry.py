@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -12,8 +13,17 @@ from hypothesis import strategies as st
 
 from apps.xiangqi import Board, perft
 from apps.xiangqi.core import Move
+from apps.xiangqi.dataset import iter_games
 from apps.xiangqi.fen import STARTING_FEN
+from apps.xiangqi.render import move_question
 from apps.xiangqi.symmetry import IDENTITY, SYMMETRIES, Symmetry
+from apps.xiangqi.training import GameRecord, board_at
+
+# 79 recorded games (tests/data/README.md): master games, fragments from set-up positions with
+# either side to move, and the two diagrams read leniently
+SAMPLE = Path(__file__).resolve().parent / "data" / "xiangqi-games-sample.jsonl.gz"
+REAL_GAMES = [GameRecord(g["start_fen"], tuple(g["moves"]), g["category"])
+              for g in iter_games(SAMPLE) if g["moves"]]
 
 
 def _random_game(seed: int, plies: int) -> Board:
@@ -54,6 +64,54 @@ def test_images_keep_the_rules(seed: int, plies: int) -> None:
         assert image.move_stack == [symmetry.move(m) for m in board.move_stack]
         assert (image.turn == board.turn) != symmetry.swap
         assert symmetry.board(image).fen() == board.fen()  # each symmetry is its own inverse
+
+
+def _check_images_of(record: GameRecord, ply: int) -> None:
+    """On a real position (with its history): each image's legal moves, and the question's
+    options, are exactly the images of the position's; the played move maps to a legal move
+    after which check, mate and the outcome are the images of the game's; mapping twice gives
+    the position back."""
+    board = board_at(record, ply)
+    played = record.moves[ply]
+    after = board.copy()
+    after.push(Move.from_iccs(played))
+    for symmetry in SYMMETRIES:
+        image = symmetry.board(board)
+        mapped = sorted(symmetry.move(m).iccs() for m in board.legal_moves)
+        assert sorted(m.iccs() for m in image.legal_moves) == mapped
+        assert move_question(image)["answer"]["options"] == mapped
+        assert symmetry.iccs(played) in mapped
+        back = symmetry.board(image)
+        assert back.fen() == board.fen() and back.move_stack == board.move_stack
+        image.push(Move.from_iccs(symmetry.iccs(played)))
+        assert image.fen() == symmetry.board(after).fen()
+        assert (image.is_check(), image.is_checkmate(), image.is_stalemate()) == (
+            after.is_check(), after.is_checkmate(), after.is_stalemate())
+        ends, image_ends = after.outcome(), image.outcome()
+        assert (ends is None) == (image_ends is None)
+        if ends is not None and image_ends is not None:
+            assert image_ends.termination == ends.termination
+            assert image_ends.winner == (ends.winner if ends.winner is None or not symmetry.swap
+                                         else not ends.winner)
+
+
+@settings(max_examples=40, deadline=None)
+@given(game=st.integers(0, len(REAL_GAMES) - 1), at=st.floats(0.0, 1.0, exclude_max=True))
+def test_images_of_recorded_positions_keep_the_rules_and_the_played_move(
+        game: int, at: float) -> None:
+    record = REAL_GAMES[game]
+    _check_images_of(record, int(at * len(record.moves)))
+
+
+def test_images_of_recorded_mates_are_mates() -> None:
+    mates = 0
+    for record in REAL_GAMES:
+        end = board_at(record, len(record.moves) - 1)
+        end.push(Move.from_iccs(record.moves[-1]))
+        if end.is_checkmate():
+            mates += 1
+            _check_images_of(record, len(record.moves) - 1)
+    assert mates >= 16  # the sample keeps the games that end in a checkmate
 
 
 @pytest.mark.parametrize("seed", [1, 2])

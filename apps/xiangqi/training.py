@@ -15,6 +15,7 @@ training run touches ~10^5 positions out of 2.2M, and replaying costs ~40 us a p
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -103,10 +104,10 @@ def load_soft_targets(path: str | Path) -> dict[int, SoftTarget]:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DecisionInputError(f"{path}:{n}: not a soft-target record ({exc})",
                                      "soft_targets") from None
-        if row < 0 or not probs or any(q < 0 for q in probs.values()) \
+        if row < 0 or not probs or not all(math.isfinite(q) and q >= 0 for q in probs.values()) \
                 or sum(probs.values()) <= 0 or row in out:
             raise DecisionInputError(
-                f"{path}:{n}: row {row} needs a new index >= 0 and non-negative "
+                f"{path}:{n}: row {row} needs a new index >= 0 and finite, non-negative "
                 "probabilities with a positive sum", "soft_targets")
         out[row] = SoftTarget(fen, probs)
     return out
