@@ -463,6 +463,26 @@ def test_demo_apps_are_mounted(checkpoint: Path) -> None:
             assert module.static_url in mounts
 
 
+def test_the_openapi_schema_declares_the_error_shape_the_routes_answer(checkpoint: Path) -> None:
+    """The game and contract routes declared FastAPI's default 422 body, HTTPValidationError
+    (``{"detail": [...]}``), which no route of the service sends: every error it answers is
+    ``{"error": {...}}`` (ErrorBody), as ``/decide`` declares."""
+    spec = create_app(ServeSettings(model_path=str(checkpoint))).openapi()
+    declared = {
+        (method, path, status): response["content"]["application/json"]["schema"]["$ref"]
+        for path, operations in spec["paths"].items()
+        for method, operation in operations.items()
+        for status, response in operation["responses"].items()
+        if status.startswith("4")
+    }
+    for path in ("/api/xiangqi/games", "/api/xiangqi/games/{game_id}/moves",
+                 "/api/contracts/check", "/decide"):
+        assert ("post", path, "422") in declared
+    wrong = {key: ref for key, ref in declared.items() if ref != "#/components/schemas/ErrorBody"}
+    assert not wrong, wrong
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+
+
 _JSON = st.recursive(
     # JSON has no NaN or infinity: the client could not send them
     st.none() | st.booleans() | st.integers(-10**20, 10**20)

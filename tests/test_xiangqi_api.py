@@ -719,3 +719,14 @@ def test_a_failed_save_is_recorded_as_unchanged() -> None:
     finally:
         api._answer.reset(token)
     assert answer.give_up() == "unchanged"
+
+
+def test_a_null_body_is_no_body_where_the_body_may_be_left_out(client: TestClient) -> None:
+    """As docs/xiangqi-service.md says: create, model move and undo take ``null`` as no body."""
+    json_null = {"content": b"null", "headers": {"content-type": "application/json"}}
+    r = client.post(GAMES, **json_null)
+    assert r.status_code == 201, r.text
+    g = r.json()
+    move(client, g["id"], "h2e2")
+    r = client.post(f"{GAMES}/{g['id']}/undo", **json_null)
+    assert r.status_code == 200 and r.json()["moves"] == [], r.text

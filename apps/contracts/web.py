@@ -23,11 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from apps.contracts.examples import load_examples
 from apps.contracts.presets import PRESETS, check_rules, get_preset
+from decision.serve.api import ErrorBody
 
 static_dir = Path(__file__).resolve().parent / "static"
 static_url = "/contracts"
 
-router = APIRouter(prefix="/api/contracts", tags=["contracts demo"])
+# the service's error shape, not FastAPI's default HTTPValidationError, which it never sends
+router = APIRouter(prefix="/api/contracts", tags=["contracts demo"], responses={
+    422: {"model": ErrorBody, "description": "Invalid request; `error.field` names the field."},
+})
 
 
 class CheckBody(BaseModel):
