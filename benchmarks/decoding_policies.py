@@ -51,10 +51,17 @@ def main() -> int:
     args = options.parse_args()
     policies = []
     for text in args.policy:
-        threshold, scope, commit = (text.split(":") + ["answer"])[:3]
-        if scope not in ("row", "slot") or commit not in ("answer", "token"):
-            options.error(f"policy {text!r}: want THRESHOLD:row|slot[:answer|token]")
-        policies.append((float(threshold), scope, commit))
+        parts = text.split(":")
+        threshold, scope, commit = (parts + ["answer"])[:3] if len(parts) in (2, 3) else ("",) * 3
+        try:
+            value = float(threshold)
+        except ValueError:
+            value = float("nan")
+        if (not 0.0 < value <= 1.0 or scope not in ("row", "slot")
+                or commit not in ("answer", "token")):
+            options.error(f"policy {text!r}: want THRESHOLD:row|slot[:answer|token], "
+                          "THRESHOLD in (0, 1]")
+        policies.append((value, scope, commit))
     model, groups = model_and_groups(args)
     print(f"# {args.groups} TEST groups from seed {args.seed_start}, model "
           f"{args.model or 'models/default'}, batch {args.batch_size}, threads {args.threads}")

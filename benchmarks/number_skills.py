@@ -94,10 +94,14 @@ def _alone_vs_with_sources(model, rows, batch_size: int, title: str, joint_label
         ok = sum(r.correct for r in records[mode])
         print(f"| {label} | {ok}/{n} ({100 * ok / n:.1f}%) |")
     top = Counter(answer_text(g.questions[-1].gold) for g in rows).most_common(1)[0][1]
-    diff = paired_difference(records["joint"], records["standalone"]).question
+    paired = paired_difference(records["joint"], records["standalone"])
+    diff = paired.question
+    # with few discordant documents the interval is Newcombe's, not the bootstrap's
+    method = ("bootstrap over documents" if paired.question_method == "bootstrap"
+              else "Newcombe, few discordant documents")
     print(f"\nmost common answer {100 * top / n:.1f}%; {sources_label} in the joint pass "
           f"{sources_right}/{n}; joint - standalone {100 * diff.value:+.1f} pts "
-          f"[{100 * diff.low:+.1f}, {100 * diff.high:+.1f}] (bootstrap over documents)")
+          f"[{100 * diff.low:+.1f}, {100 * diff.high:+.1f}] ({method})")
 
 
 def main() -> int:

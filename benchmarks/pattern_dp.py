@@ -61,6 +61,8 @@ def main() -> None:
     parser.add_argument("--decide-repeats", type=int, default=1, help="0 skips part 2")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    if min(args.slots, args.repeats, args.threads) < 1:
+        parser.error("--slots, --repeats and --threads must be >= 1")
     torch.set_num_threads(args.threads)
     from decision.model import load_model
 
@@ -132,4 +134,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from decision.cli import exit_status  # a missing model: one line, not a traceback
+
+    raise SystemExit(exit_status(lambda: main() or 0, "pattern_dp.py: "))

@@ -63,6 +63,10 @@ def main() -> None:
     parser.add_argument("--baseline-repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     args = parser.parse_args()
+    if min(args.block, args.repeats, args.baseline_repeats) < 1:
+        parser.error("--block, --repeats and --baseline-repeats must be >= 1")
+    if min(args.lengths) < 0 or args.threads < 0:
+        parser.error("--lengths and --threads must be >= 0")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -45,6 +45,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bf16", action="store_true", help="also plain order under bf16 autocast")
     args = p.parse_args()
+    if min(args.games, args.steps, args.rounds, args.threads, *args.windows) < 1:
+        p.error("--games, --windows, --steps, --rounds and --threads must be >= 1")
     torch.set_num_threads(args.threads)
 
     cfg, section = load_player_config(args.config)
@@ -76,6 +78,9 @@ def main() -> int:
               for name, batch_list in collated.items()}
     times: dict[str, list[float]] = {name: [] for name in variants}
     gen = torch.Generator().manual_seed(0)
+    for name, (_, c) in variants.items():  # warm-up, untimed: first-call costs not in round 1
+        batch_loss(model, collated[name][0], c, ids.mask, gen).backward()
+    model.zero_grad(set_to_none=True)
     for _ in range(args.rounds):
         for name, (_, c) in variants.items():
             t0 = time.perf_counter()
@@ -97,4 +102,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from decision.cli import exit_status  # a missing config or model: one line, not a traceback
+
+    raise SystemExit(exit_status(main, "train_step.py: "))

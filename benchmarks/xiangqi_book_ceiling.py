@@ -90,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.positions < 1:
         parser.error("--positions must be >= 1")
-    results = json.loads(args.agreement.read_text(encoding="utf-8"))["results"]
+    try:
+        results = json.loads(args.agreement.read_text(encoding="utf-8"))["results"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--agreement {args.agreement}: not the --out file of an 'evaluate "
+                         f"agreement' run ({type(exc).__name__}: {exc})") from None
     sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
     book = MoveBook.from_games((g.start_fen, g.moves) for g in load_games(args.train_games))
     record = {"positions": len(sample), "seed": args.seed, "agreement": str(args.agreement),
@@ -100,4 +104,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from decision.cli import exit_status  # a missing games file: one line, not a traceback
+
+    raise SystemExit(exit_status(main, "xiangqi_book_ceiling.py: "))

@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.positions < 1:
         parser.error("--positions must be >= 1")
-    tokenizer = Tokenizer.from_file(str(args.model / "tokenizer.json"))
+    try:
+        tokenizer = Tokenizer.from_file(str(args.model / "tokenizer.json"))
+    except Exception as exc:  # the tokenizers library raises a bare Exception
+        raise SystemExit(f"--model {args.model}: cannot read its tokenizer.json ({exc})") from None
 
     def length(text: str) -> int:
         return len(tokenizer.encode(text).ids)
@@ -65,4 +68,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from decision.cli import exit_status  # a missing games file: one line, not a traceback
+
+    raise SystemExit(exit_status(main, "xiangqi_document_length.py: "))

@@ -52,7 +52,7 @@ from apps.xiangqi.evaluate import (  # noqa: E402
 from apps.xiangqi.training import load_games  # noqa: E402
 from decision import load_model  # noqa: E402
 from decision.joint.engine import EngineConfig, decide_many  # noqa: E402
-from decision.joint.scoring import ORDERS, POSITIONS_PREFIX  # noqa: E402
+from decision.joint.scoring import ORDERS, POSITIONS_PREFIX, order_positions  # noqa: E402
 from decision.metrics import paired_hits_difference  # noqa: E402
 
 MOVE_TOKENS = 4  # letter, digit, letter, digit: every move's slot
@@ -160,8 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None,
                         help="write the report and every position's probabilities here (.json.gz)")
     args = parser.parse_args(argv)
+    if args.positions < 1 or args.threads < 1:
+        parser.error("--positions and --threads must be >= 1")
     torch.set_num_threads(args.threads)
     orders = all_orders() if args.all_orders else list(dict.fromkeys([*ORDERS, *args.orders]))
+    for order in orders:  # before the games and models load, not at the first score
+        try:
+            order_positions(order, MOVE_TOKENS)
+        except ValueError as exc:
+            parser.error(str(exc))
     data = data_dir(REPO_ROOT) / "xiangqi"
     sample = agreement_sample(load_games(data / "valid-games.jsonl.gz"), args.positions,
                               args.seed)
@@ -188,4 +195,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from decision.cli import exit_status  # a missing model: one line, not a traceback
+
+    raise SystemExit(exit_status(main, "xiangqi_option_mixtures.py: "))

@@ -90,6 +90,8 @@ def main() -> int:
     parser.add_argument("--no-replay", action="store_true", help="skip the recorded games")
     parser.add_argument("--data", type=Path, default=data_dir(REPO_ROOT) / "xiangqi")
     args = parser.parse_args()
+    if args.depth < 1 or args.repeats < 1:
+        parser.error("--depth and --repeats must be >= 1")
     print(f"python {platform.python_version()} on {platform.machine()}, {platform.processor()}")
     ok = bench_perft(args.depth, args.repeats)
     if not args.no_replay:
