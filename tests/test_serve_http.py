@@ -756,3 +756,151 @@ def test_shutdown_during_validation_is_a_json_503() -> None:
     assert response.headers["retry-after"] == "1"
     metrics = app.state.service.metrics
     assert metrics.requests.value(outcome="unavailable") == 1
+
+
+class _HeldEngine(_FakeEngine):
+    """``_FakeEngine`` whose validation of the document "held" waits until the test opens
+    ``release``; ``entered`` counts the validations started."""
+
+    def __init__(self) -> None:
+        super().__init__(prepare_s=0.0)
+        self.release = threading.Event()
+        self.entered = threading.Semaphore(0)
+
+    def prepare(self, body: Any) -> Any:
+        prepared = super().prepare(body)
+        if body.document == "held":
+            self.entered.release()
+            assert self.release.wait(60), "the test never released the validation"
+        return prepared
+
+
+def test_a_client_that_disconnects_during_validation_is_let_go_at_once() -> None:
+    # The disconnect watch began only once a request was queued: a client that left while its
+    # request was validated (or waited for a validation thread) was counted by the answer it
+    # never got ("timeout" when its deadline passed meanwhile), and its request was validated,
+    # then queued, all the same.
+    import socket
+
+    engine = _HeldEngine()
+    app = create_app(ServeSettings(include_apps=False), engine=engine)
+    metrics = app.state.service.metrics
+    try:
+        with running_server(app) as url:
+            port = int(url.rsplit(":", 1)[1])
+            payload = json.dumps(_body("held")).encode()
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(b"POST /decide HTTP/1.1\r\nhost: test\r\n"
+                             b"content-type: application/json\r\n"
+                             b"content-length: %d\r\n\r\n%s" % (len(payload), payload))
+                assert engine.entered.acquire(timeout=10)  # its validation has begun
+            # the client is gone, its validation still held: it is counted as gone at once
+            deadline = time.monotonic() + 10
+            while metrics.requests.value(outcome="disconnected") < 1:
+                assert time.monotonic() < deadline, "the request still waits on its validation"
+                time.sleep(0.01)
+            engine.release.set()
+            ok = httpx.post(f"{url}/decide", json=_body("A quick one."), timeout=30)
+            assert ok.status_code == 200, ok.text
+    finally:
+        engine.release.set()
+    assert metrics.requests.value(outcome="disconnected") == 1
+    assert metrics.requests.value(outcome="timeout") == 0
+    assert engine.batches == [1]  # the validated request of the gone client was never queued
+
+
+def test_shutdown_answers_the_requests_being_validated_at_once() -> None:
+    # A request still being validated when shutdown began could only be refused a place in the
+    # queue: it was answered 503 only once its validation was over, or when the whole
+    # graceful-shutdown time had run out (decision serve: 10 s) and its task was cancelled.
+    from decision.serve.service import PREPARE_THREADS
+    from decision.serve.testing import started_server
+
+    engine = _HeldEngine()
+    app = create_app(ServeSettings(include_apps=False), engine=engine)
+    try:
+        with started_server(app, timeout=30, log_level="critical",
+                            timeout_graceful_shutdown=60) as (url, server):
+            with ThreadPoolExecutor(max_workers=PREPARE_THREADS) as pool:
+                pending = [pool.submit(httpx.post, f"{url}/decide", json=_body("held"),
+                                       timeout=20) for _ in range(PREPARE_THREADS)]
+                for _ in range(PREPARE_THREADS):
+                    assert engine.entered.acquire(timeout=10)
+                server.should_exit = True
+                # answered while their validations are still held
+                responses = [future.result() for future in pending]
+            engine.release.set()
+    finally:
+        engine.release.set()
+    for response in responses:
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["type"] == "unavailable"
+    assert engine.batches == []
+
+
+def test_requests_waiting_for_a_validation_thread_are_never_validated_once_given_up() -> None:
+    # Nobody waits for such a request's validation any more: its client went away, or shutdown
+    # began. It stayed waiting, and was validated once a thread was free.
+    import asyncio
+
+    from decision.serve.api import DecideBody
+    from decision.serve.errors import ServiceError
+    from decision.serve.service import PREPARE_THREADS, DecisionService
+
+    class Client:
+        """The ASGI receive of a client that disconnects when ``leave`` is set."""
+
+        def __init__(self) -> None:
+            self.leave = asyncio.Event()
+
+        async def receive(self) -> dict[str, Any]:
+            await self.leave.wait()
+            return {"type": "http.disconnect"}
+
+    def body(document: str) -> DecideBody:
+        return DecideBody.model_validate(_body(document))
+
+    async def status(task: asyncio.Future[Any]) -> int:
+        try:
+            await asyncio.wait_for(task, 10)
+        except ServiceError as exc:
+            return exc.status
+        return 200
+
+    async def hold_every_thread(service: DecisionService) -> list[asyncio.Future[Any]]:
+        held = [asyncio.ensure_future(service.decide(body("held")))
+                for _ in range(PREPARE_THREADS)]
+        for _ in range(PREPARE_THREADS):
+            assert await asyncio.to_thread(engine.entered.acquire, True, 10)
+        return held
+
+    async def scenario() -> None:
+        service = DecisionService(ServeSettings(include_apps=False))
+        service.start(engine)
+        try:
+            held = await hold_every_thread(service)
+            client = Client()
+            leaving = asyncio.ensure_future(service.decide(body("leaves"), client))  # type: ignore[arg-type]
+            await asyncio.sleep(0)  # it waits for a validation thread now
+            client.leave.set()
+            assert await status(leaving) == 504  # let go at once, every thread still held
+            engine.release.set()
+            assert [await status(task) for task in held] == [200] * PREPARE_THREADS
+            # validated after anything queued before it: the request of the gone client too
+            assert await status(asyncio.ensure_future(service.decide(body("last")))) == 200
+            assert engine.prepared == PREPARE_THREADS + 1  # never the gone client's
+
+            engine.release.clear()
+            held = await hold_every_thread(service)
+            stopped = asyncio.ensure_future(service.decide(body("stopped")))
+            await asyncio.sleep(0)  # it waits for a validation thread now
+            service.begin_shutdown()
+            # answered at once, as are the ones being validated: none could be queued now
+            assert await status(stopped) == 503
+            assert [await status(task) for task in held] == [503] * PREPARE_THREADS
+        finally:
+            engine.release.set()
+            await asyncio.to_thread(service.stop)
+
+    engine = _HeldEngine()
+    asyncio.run(scenario())

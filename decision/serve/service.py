@@ -92,6 +92,9 @@ class DecisionService:
         self.worker: BatchWorker | None = None
         self._prepare_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.shutting_down = False
+        # set (on the event loop) when shutdown begins: a request being validated then can only
+        # be refused, so it is answered 503 at once (``_until``)
+        self._stopping: asyncio.Event | None = None
         self.metrics = ServiceMetrics(
             queue_depth=lambda: float(self.worker.depth) if self.worker else 0.0,
             model_loaded=lambda: 1.0 if self.ready else 0.0,
@@ -105,6 +108,7 @@ class DecisionService:
         """Attach a loaded engine and start the worker that owns it."""
         s = self.settings
         self.engine = engine
+        self._stopping = asyncio.Event()
         self._prepare_pool = concurrent.futures.ThreadPoolExecutor(
             PREPARE_THREADS, thread_name_prefix="decision-prepare"
         )
@@ -118,10 +122,13 @@ class DecisionService:
         self.worker.start()
 
     def begin_shutdown(self) -> None:
-        """The server is shutting down: answer the queued requests 503 now, refuse new ones, and
-        let the batch in progress finish (``decision serve`` calls this when shutdown begins;
-        ``stop`` follows at the end of the lifespan)."""
+        """The server is shutting down: answer the queued requests, and those still being
+        validated (which could only be refused a place in the queue now), 503 now, refuse new
+        ones, and let the batch in progress finish (``decision serve`` calls this on the event
+        loop when shutdown begins; ``stop`` follows at the end of the lifespan)."""
         self.shutting_down = True
+        if self._stopping is not None:
+            self._stopping.set()
         if self.worker is not None:
             self.worker.close()
 
@@ -155,17 +162,28 @@ class DecisionService:
         arrived = time.monotonic()
         deadline = arrived + self.settings.request_timeout_s
         check_unique_ids(body)
-        prepared = await self._prepare(engine, body, deadline)
-        prepared_at = time.monotonic()
-        if prepared_at >= deadline:  # never queue a request nobody will wait for
-            raise self._timed_out()
+        # The client may go away at any time from here on, in validation too: a request whose
+        # client left is validated no further (never, if it still waits for a thread) nor decoded.
+        gone = asyncio.Event()
+        watch = (
+            asyncio.ensure_future(_watch_disconnect(request, gone))
+            if request is not None else None
+        )
         try:
-            item = worker.enqueue(prepared, deadline - prepared_at)
-        except QueueFullError as exc:
-            raise ServiceError(429, "overloaded", str(exc)) from None
-        except WorkerStoppedError as exc:
-            raise ServiceError(503, "unavailable", str(exc)) from None
-        decision = await self._wait(item, request, deadline)
+            prepared = await self._prepare(engine, body, deadline, gone)
+            prepared_at = time.monotonic()
+            if prepared_at >= deadline:  # never queue a request nobody will wait for
+                raise self._timed_out()
+            try:
+                item = worker.enqueue(prepared, deadline - prepared_at)
+            except QueueFullError as exc:
+                raise ServiceError(429, "overloaded", str(exc)) from None
+            except WorkerStoppedError as exc:
+                raise ServiceError(503, "unavailable", str(exc)) from None
+            decision = await self._wait(item, deadline, gone)
+        finally:
+            if watch is not None:
+                watch.cancel()
         done = time.monotonic()
         started = item.started_at if item.started_at is not None else item.enqueued_at
         extra = {
@@ -175,14 +193,17 @@ class DecisionService:
         }
         return to_response(decision, engine.name, extra)
 
-    async def _prepare(self, engine: ServiceEngine, body: DecideBody, deadline: float) -> Any:
+    async def _prepare(
+        self, engine: ServiceEngine, body: DecideBody, deadline: float, gone: asyncio.Event
+    ) -> Any:
         """``engine.prepare`` on one of the ``PREPARE_THREADS`` threads, within the time left.
 
         Validation and schema compilation can take milliseconds or seconds (regex -> automaton):
         done in a thread, so the event loop keeps serving, and before enqueueing, so bad input
-        never reaches (or stalls) the worker. Past the deadline the request is answered 504 and
-        its validation dropped: never started if it still waited for a thread, else left to
-        finish on its thread with its result thrown away.
+        never reaches (or stalls) the worker. Past the deadline the request is answered 504 (503
+        once shutdown begins; nothing when its client has gone) and its validation dropped:
+        never started if it still waited for a thread, else left to finish on its thread with
+        its result thrown away.
         """
         pool = self._prepare_pool
         if pool is None:
@@ -192,27 +213,22 @@ class DecisionService:
         except RuntimeError:  # the pool was shut down: the service is stopping
             raise ServiceError(503, "unavailable", _SHUTDOWN_MESSAGE) from None
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), deadline - time.monotonic())
-        except TimeoutError:
+            return await _until(asyncio.wrap_future(future), deadline, gone, self._stopping)
+        except (TimeoutError, _Gone):
             raise self._timed_out() from None
+        except _Stopping:
+            raise ServiceError(503, "unavailable", _SHUTDOWN_MESSAGE) from None
 
-    async def _wait(self, item: WorkItem, request: Request | None, deadline: float) -> Any:
+    async def _wait(self, item: WorkItem, deadline: float, gone: asyncio.Event) -> Any:
         """Wait for the worker's answer to ``item`` until the deadline; a request whose caller
         stops waiting (timeout, disconnect, cancel) is abandoned, so it is not decoded on."""
-        watch = (
-            asyncio.ensure_future(_abandon_on_disconnect(request, item))
-            if request is not None else None
-        )
         try:
-            remaining = max(0.0, deadline - time.monotonic())
-            return await asyncio.wait_for(asyncio.wrap_future(item.future), remaining)
-        except (TimeoutError, RequestExpiredError):
+            return await _until(asyncio.wrap_future(item.future), deadline, gone)
+        except (TimeoutError, _Gone, RequestExpiredError):
             raise self._timed_out() from None
         except WorkerStoppedError as exc:
             raise ServiceError(503, "unavailable", str(exc)) from None
         finally:
-            if watch is not None:
-                watch.cancel()
             if not item.future.done():
                 item.abandon()  # nobody waits for it now: the worker stops decoding it
 
@@ -222,13 +238,48 @@ class DecisionService:
         return ServiceError(504, "timeout", f"the request did not finish within {timeout:g} s")
 
 
-async def _abandon_on_disconnect(request: Request, item: WorkItem) -> None:
-    """Abandon ``item`` when the client goes away. The body has been read: the next message the
+class _Gone(Exception):
+    """The client disconnected before its answer."""
+
+
+class _Stopping(Exception):
+    """Shutdown began before the awaited work was done."""
+
+
+async def _until(
+    future: asyncio.Future[Any], deadline: float, gone: asyncio.Event,
+    stopping: asyncio.Event | None = None,
+) -> Any:
+    """``future``'s result, unless first the deadline passes (``TimeoutError``), the client goes
+    away (``_Gone``) or shutdown begins (``_Stopping``, with ``stopping``). A ``future`` not
+    awaited to its end is cancelled (a wrapped ``concurrent.futures.Future`` too, if its work has
+    not started)."""
+    events = {asyncio.ensure_future(gone.wait()): _Gone}
+    if stopping is not None:
+        events[asyncio.ensure_future(stopping.wait())] = _Stopping
+    try:
+        await asyncio.wait([future, *events], timeout=max(0.0, deadline - time.monotonic()),
+                           return_when=asyncio.FIRST_COMPLETED)
+        if future.done():
+            return future.result()
+        for event, error in events.items():
+            if event.done():
+                raise error
+        raise TimeoutError
+    finally:
+        for event in events:
+            event.cancel()
+        if not future.done():
+            future.cancel()
+
+
+async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
+    """Set ``gone`` when the client goes away. The body has been read: the next message the
     server sends is ``http.disconnect``, when the client disconnects or the response is done."""
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
-            item.abandon()
+            gone.set()
             return
 
 
