@@ -195,3 +195,85 @@ def test_the_memory_limit_stops_the_child(ctx, monkeypatch) -> None:
     assert time.monotonic() - start < 8  # the memory limit, not the 10 s of CPU time
     small = JsonAnswer(schema={"type": "string", "maxLength": 7})
     assert compile_answer(small, ctx, "questions.1.answer").num_states > 1
+
+
+def test_the_automaton_cache_is_bounded_in_bytes(ctx, monkeypatch) -> None:
+    """The cache held 512 automata whatever their size (one at the edge limit is ~48 MB): the
+    oldest now go once the kept tensors pass ``_CACHE_BYTES``."""
+    from collections import OrderedDict
+
+    from decision.schemas import ChoiceAnswer, compile_answer
+    from decision.schemas import compile as compile_module
+
+    monkeypatch.setattr(compile_module, "_automata", OrderedDict())  # this test's entries only
+    monkeypatch.setattr(compile_module, "_automata_bytes", 0)
+    answers = [ChoiceAnswer(options=[f"cache-bytes-{i}-{j}" for j in range(40)])
+               for i in range(3)]
+    first = compile_answer(answers[0], ctx)
+    size = compile_module.automaton_bytes(first)
+    monkeypatch.setattr(compile_module, "_CACHE_BYTES", 2 * size + size // 2)
+    second = compile_answer(answers[1], ctx)
+    assert compile_answer(answers[0], ctx) is first  # two fit: still cached
+    compile_answer(answers[2], ctx)  # the third passes the budget: the oldest (second) goes
+    assert compile_answer(answers[0], ctx) is first
+    assert compile_answer(answers[1], ctx) is not second
+    assert compile_module._automata_bytes <= compile_module._CACHE_BYTES
+    assert compile_module._automata_bytes == sum(
+        map(compile_module.automaton_bytes, compile_module._automata.values()))
+
+
+_ORPHAN_SCRIPT = """
+import multiprocessing, os, sys, threading, time
+from decision.model import load_model
+from decision.schemas import compile as compile_module
+ctx = compile_module.tokenizer_context(load_model(sys.argv[1]).tokenizer)
+# a compile that never ends and takes no CPU or memory (no limit of the child's would end it):
+# a read from a pipe whose write end the child holds too
+never, keep = os.pipe()
+compile_module._index_transitions = lambda *args: os.read(never, 1)
+threading.Thread(target=compile_module.compile_regex, args=("ab", ctx, 8),
+                 daemon=True).start()
+while not multiprocessing.active_children():
+    time.sleep(0.01)
+time.sleep(0.5)  # the child is past its start-up
+with open(sys.argv[2], "w") as out:
+    out.write(str(multiprocessing.active_children()[0].pid))
+os._exit(0)  # killed: no exit handler runs
+"""
+
+
+def test_a_compile_child_dies_with_its_server(tmp_path) -> None:
+    """A server killed mid-compile (a SIGTERM'd uvicorn re-raises the signal and skips exit
+    handlers) left its compile children computing for nobody until their CPU limit."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pid_file, log = tmp_path / "child.pid", tmp_path / "script.log"
+    with log.open("w") as log_handle:  # not a pipe: the orphan would hold it open
+        subprocess.run([sys.executable, "-c", _ORPHAN_SCRIPT, str(root / "models/default"),
+                        str(pid_file)], stdout=log_handle, stderr=log_handle, timeout=120,
+                       cwd=root, check=True)
+    child = int(pid_file.read_text())
+    status = Path(f"/proc/{child}/status")
+
+    def alive() -> bool:
+        try:
+            state = next(li for li in status.read_text().splitlines() if li.startswith("State:"))
+        except FileNotFoundError:
+            return False
+        return "zombie" not in state
+
+    deadline = time.monotonic() + 5
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert not alive()
+    finally:
+        if alive():
+            import os
+            import signal
+
+            os.kill(child, signal.SIGKILL)

@@ -8,10 +8,12 @@ is the answer followed by ``[EOS]`` padding and nothing may follow the padding.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import hashlib
 import math
 import multiprocessing
+import os
 import resource
 import signal
 import threading
@@ -48,8 +50,12 @@ COMPILE_MEMORY_LIMIT_BYTES = 1 << 30
 # Wall-time safety net for a child starved of CPU on a busy machine: a refusal at this limit says
 # nothing about the regex, so it is not remembered and a retry compiles again.
 COMPILE_WALL_LIMIT_S = 60.0
+_PR_SET_PDEATHSIG = 1  # prctl(2)
 SENTINEL = b"\x01"  # read before every regex, when the vocabulary has it (_index_transitions)
 _CACHE_SIZE = 512
+# ... and at most this many bytes of automata: one at the edge limit holds ~48 MB of tensors, so
+# 512 distinct large schemas would otherwise keep gigabytes.
+_CACHE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,7 @@ _automata: OrderedDict[tuple[str, str], TokenAutomaton] = OrderedDict()
 # compile time limit is refused again at once instead of holding a validation thread 10 s more.
 _refused: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
 _lock = threading.Lock()
+_automata_bytes = 0  # the size of ``_automata``'s tensors (``automaton_bytes``)
 
 
 def tokenizer_context(tokenizer: Tokenizer) -> TokenizerContext:
@@ -187,11 +194,25 @@ def _limit_data(extra_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
 
 
+def _die_with_parent(parent: int) -> None:
+    """Linux: have the kernel SIGKILL this child when the thread that forked it ends, e.g. the
+    server killed (a SIGTERM'd uvicorn re-raises the signal, skipping exit handlers); else the
+    child computed on, for nobody, until its CPU limit."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the CPU limit still ends it
+        return
+    if os.getppid() != parent:  # the parent had already gone before the prctl
+        os._exit(1)
+
+
 def _child(
     conn, regex: str, vocabulary: Vocabulary, sentinel: int | None, cpu_limit: int,
-    memory_limit: int,
+    memory_limit: int, parent: int,
 ) -> None:  # pragma: no cover - subprocess
     try:
+        _die_with_parent(parent)
         faulthandler.disable()  # an abort at the memory limit is a refusal, not a crash to dump
         _limit_cpu(cpu_limit)
         _limit_data(memory_limit)
@@ -224,7 +245,7 @@ def _guarded_transitions(
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, daemon=True, args=(
-        child, regex, vocabulary, sentinel, cpu_limit, COMPILE_MEMORY_LIMIT_BYTES))
+        child, regex, vocabulary, sentinel, cpu_limit, COMPILE_MEMORY_LIMIT_BYTES, os.getpid()))
     proc.start()
     child.close()
     try:
@@ -432,8 +453,30 @@ def compile_answer(
         if remembered and (field == field_name or field.startswith(field_name + ".")):
             _remember(_refused, key, (exc.message, field[len(field_name):]))
         raise
-    _remember(_automata, key, automaton)
+    _remember_automaton(key, automaton)
     return automaton
+
+
+def automaton_bytes(automaton: TokenAutomaton) -> int:
+    """The memory an automaton's tensors hold."""
+    tensors = (automaton.src, automaton.tok, automaton.dst, automaton.accept)
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _remember_automaton(key: tuple[str, str], automaton: TokenAutomaton) -> None:
+    """Keep ``automaton`` in the LRU cache, dropping the oldest past ``_CACHE_SIZE`` entries or
+    ``_CACHE_BYTES`` (the newest is kept whatever its size: its request is using it)."""
+    global _automata_bytes
+    with _lock:
+        old = _automata.pop(key, None)
+        if old is not None:
+            _automata_bytes -= automaton_bytes(old)
+        _automata[key] = automaton
+        _automata_bytes += automaton_bytes(automaton)
+        while len(_automata) > 1 and (len(_automata) > _CACHE_SIZE
+                                      or _automata_bytes > _CACHE_BYTES):
+            _, dropped = _automata.popitem(last=False)
+            _automata_bytes -= automaton_bytes(dropped)
 
 
 def _remember(cache: OrderedDict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
