@@ -20,9 +20,10 @@ import pytest
 from apps.contracts import csv_format
 from apps.contracts.generate import main as generate_main
 from decision.cli import main as cli_main
-from decision.errors import CompileBusyError, DecisionInputError
+from decision.errors import CheckpointError, CompileBusyError, DecisionInputError
 from decision.scoring.output import read_predictions
 from decision.scoring.runner import COMPILE_TRIES, score_csv
+from decision.scoring.summary import summary_paths, write_summary
 from decision.serve.engine import ModelEngine
 
 GROUPS = 4
@@ -463,3 +464,65 @@ def test_predictions_never_overwrite_the_input(tmp_path: Path) -> None:
     with pytest.raises(DecisionInputError, match="overwrite the input"):
         score_csv(path, tmp_path / "." / "in.csv", engine, show_progress=False)
     assert path.read_bytes() == before
+
+
+def test_ctrl_c_while_the_model_loads_is_an_interruption_not_a_bad_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Safetensors' Rust code reads a tensor through Python code (torch's storage __getitem__); a
+    # Ctrl-C landing there came back as a failed read, which CheckpointReader.get wraps: the run
+    # said "cannot load the model: ... could not determine the shape of object type
+    # 'torch.storage.UntypedStorage'" with status 2, as for a broken checkpoint.
+    def load(*args: Any, **kwargs: Any) -> Any:
+        try:
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C, while a tensor is read
+        except KeyboardInterrupt:
+            raise CheckpointError(
+                "model.safetensors: cannot read tensor 'w': could not determine the shape of "
+                "object type 'torch.storage.UntypedStorage'") from None
+        raise AssertionError("no KeyboardInterrupt")
+
+    monkeypatch.setattr(ModelEngine, "load", load)
+    path = _fake_csv(tmp_path / "in.csv", ["one"])
+    assert cli_main(["score", str(path), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert err.endswith("decision score: interrupted\n") and "cannot load" not in err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    # a load that fails on its own is still reported as such
+    monkeypatch.setattr(ModelEngine, "load", lambda *a, **k: (_ for _ in ()).throw(
+        CheckpointError("no weights")))
+    assert cli_main(["score", str(path), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 2
+    assert "cannot load the model: no weights" in capsys.readouterr().err
+
+
+def test_a_run_stopped_while_writing_the_summary_keeps_the_summary_it_had(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _fake_csv(tmp_path / "in.csv", ["one", "two"])
+    out = tmp_path / "pred.csv"
+    engine: Any = _FakeEngine()
+    monkeypatch.setattr(ModelEngine, "load", lambda *a, **k: engine)
+    assert cli_main(["score", str(path), "--out", str(out), "--no-progress"]) == 0
+    json_path, md_path = summary_paths(out)
+    before = json_path.read_bytes(), md_path.read_bytes()
+    real_write_text = Path.write_text
+
+    def killed_halfway(self: Path, data: str, *args: Any, **kwargs: Any) -> int:
+        # a kill while the file is written: half of it on disk, then the process is gone
+        real_write_text(self, data[: len(data) // 2], *args, **kwargs)
+        raise KeyboardInterrupt
+
+    # --resume of the finished file, stopped while it rewrites the summary: the summary was
+    # left torn (half a JSON document), the good one it replaced lost
+    monkeypatch.setattr(Path, "write_text", killed_halfway)
+    status = cli_main(["score", str(path), "--out", str(out), "--no-progress", "--resume"])
+    monkeypatch.setattr(Path, "write_text", real_write_text)
+    assert (json_path.read_bytes(), md_path.read_bytes()) == before
+    assert status == 130
+    assert capsys.readouterr().err.endswith(  # it said only "decision score: interrupted"
+        f"the groups done so far are in {out}: run the same command again to continue\n")
+    # running it again writes the summary (over the part files the stop left)
+    result = score_csv(path, out, engine, resume=True, show_progress=False)
+    write_summary(result, out, "fake", path)
+    assert json.loads(json_path.read_text())["groups_kept_from_before"] == 2
+    assert not list(tmp_path.glob("*.part"))  # renamed into place

@@ -9,6 +9,7 @@ They are computed from the predictions *file*, so a resumed run reports the whol
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -99,10 +100,18 @@ def build_summary(
 def write_summary(
     result: ScoreResult, out_path: Path, model_name: str, input_path: Path
 ) -> tuple[Path, Path]:
-    """Write both summary files; returns their paths."""
+    """Write both summary files; returns their paths.
+
+    Each is written whole to ``NAME.part`` and then renamed over ``NAME``: a run killed while it
+    writes them leaves the summary it had before (a resumed run's, say) whole, never a torn or
+    empty one.
+    """
     data, markdown = build_summary(result, model_name, input_path, out_path)
     json_path, md_path = summary_paths(out_path)
     text = json.dumps(strict_json(data), indent=2, allow_nan=False) + "\n"
-    json_path.write_text(text, encoding="utf-8")
-    md_path.write_text(markdown, encoding="utf-8")
+    parts = [(path, path.with_name(path.name + ".part")) for path in (json_path, md_path)]
+    for (_, part), content in zip(parts, (text, markdown), strict=True):
+        part.write_text(content, encoding="utf-8")
+    for path, part in parts:  # both written whole first: the two renames follow at once
+        os.replace(part, path)
     return json_path, md_path
