@@ -114,6 +114,7 @@ class _Interrupting:
 
     def __init__(self, engine: ModelEngine, calls: int) -> None:
         self.inner, self.calls, self.name = engine, calls, engine.name
+        self.fingerprint = engine.fingerprint  # the same weights: a resume may continue it
 
     def prepare(self, body: Any) -> Any:
         return self.inner.prepare(body)
@@ -526,3 +527,51 @@ def test_a_run_stopped_while_writing_the_summary_keeps_the_summary_it_had(
     write_summary(result, out, "fake", path)
     assert json.loads(json_path.read_text())["groups_kept_from_before"] == 2
     assert not list(tmp_path.glob("*.part"))  # renamed into place
+
+
+def test_resume_with_another_model_input_or_options_is_refused_and_keeps_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--resume checked the mode and the ids only: resumed with another model (or the same ids
+    over other documents, or another threshold) it mixed two runs' answers without a word."""
+    from decision.scoring.run_record import run_record_path
+    from decision.serve.api import DecideOptions
+
+    path = _fake_csv(tmp_path / "in.csv", ["one", "two", "three"])
+    out = tmp_path / "pred.csv"
+    first: Any = _FakeEngine()
+    first.fingerprint = "weights-a"
+    score_csv(path, out, first, batch_groups=1, show_progress=False)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    out.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")  # as if stopped after g0
+    kept = out.read_bytes()
+    assert run_record_path(out).name == "pred.run.json"
+
+    other: Any = _FakeEngine()
+    other.fingerprint = "weights-b"
+    with pytest.raises(DecisionInputError, match="started with another model"):
+        score_csv(path, out, other, resume=True, show_progress=False)
+    edited = _fake_csv(tmp_path / "edited.csv", ["one", "2", "three"])  # same ids
+    edited.replace(path.with_name("in2.csv"))
+    with pytest.raises(DecisionInputError, match="another input file contents"):
+        score_csv(path.with_name("in2.csv"), out, first, resume=True, show_progress=False)
+    with pytest.raises(DecisionInputError, match="another decoding options"):
+        score_csv(path, out, first, resume=True, show_progress=False,
+                  options=DecideOptions(threshold=0.5))
+    assert out.read_bytes() == kept  # untouched by every refusal
+    result = score_csv(path, out, first, resume=True, show_progress=False)  # the same run
+    assert result.resumed == 1 and result.scored == 2
+    # a file from before run records: resumed with a warning that nothing could be checked
+    run_record_path(out).unlink()
+    out.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    score_csv(path, out, other, resume=True, progress_stream=sys.stderr, show_progress=False)
+    assert "has no run record" in capsys.readouterr().err
+
+
+def test_the_engine_fingerprint_tells_weights_apart(tmp_path: Path) -> None:
+    from decision.serve.testing import tiny_checkpoint
+
+    a = ModelEngine.load(str(tiny_checkpoint(tmp_path / "a", seed=0)))
+    again = ModelEngine.load(str(tiny_checkpoint(tmp_path / "again", seed=0)))
+    b = ModelEngine.load(str(tiny_checkpoint(tmp_path / "b", seed=1)))
+    assert a.fingerprint == again.fingerprint != b.fingerprint

@@ -18,6 +18,7 @@ from decision.scoring.gold import is_correct
 from decision.scoring.groups import InputGroup, Problem, read_groups
 from decision.scoring.output import PredictionRow, PredictionWriter, read_predictions, recover
 from decision.scoring.progress import Progress
+from decision.scoring.run_record import check_or_write, run_record
 from decision.serve.api import DecideBody, DecideOptions
 from decision.serve.service import ServiceEngine
 from decision.tokenizer import MAX_QUESTIONS
@@ -166,7 +167,10 @@ def score_csv(
         print(f"{input_path}:{problem.line}: skipped: {problem.reason}", file=stream)
     expected = {g.group_id: len(g.questions) * len(modes) for g in groups}
     questions = {g.group_id: {q.question.id for q in g.questions} for g in groups}
+    # recover first: its refusals (another mode, groups of another input) say more
     done = recover(out_path, expected, modes, questions) if resume else set()
+    check_or_write(out_path, run_record(engine, input_path, mode, options), resume=resume,
+                   stream=stream)
     bar = Progress(len(groups), done=len(done), stream=stream, enabled=show_progress)
     try:
         scored = _score_batches(input_path, out_path, engine, groups, done, modes, options,

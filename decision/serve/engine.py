@@ -8,6 +8,8 @@ of prepared requests in one ``DecisionModel.decide_many`` call.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -63,6 +65,19 @@ class ModelEngine:
         self._config = EngineConfig()
         self._parameters = sum(p.numel() for p in model.parameters())
         self._lock = threading.Lock()  # decide_many is only ever run by one thread at a time
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 of the model's weights (names, dtypes, shapes and bytes): two engines give
+        the same answers where it is the same (``decision score --resume`` checks it)."""
+        import torch
+
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.model.state_dict().items()):
+            flat = tensor.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
+            digest.update(flat.view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
 
     @classmethod
     def load(cls, path: str | None, device: str = "cpu") -> ModelEngine:

@@ -1,0 +1,85 @@
+"""What a predictions file is made with, kept beside it (``OUT.run.json``), so that ``--resume``
+continues only the same run: resumed with another model, input or decoding options, the file
+would mix two runs' answers under one summary without a word.
+
+The record holds the model's weights fingerprint (and its name), the input file's SHA-256, the
+mode and the decoding options. A file from before records (none beside it) resumes with a
+warning that nothing could be checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from decision.errors import DecisionInputError
+from decision.serve.api import DecideOptions
+
+# The keys compared on --resume, and how a difference is named in the refusal.
+_CHECKED = {"model_fingerprint": "model", "input_sha256": "input file contents", "mode": "mode",
+            "options": "decoding options"}
+
+
+def run_record_path(out_path: Path) -> Path:
+    """``OUT.csv`` -> ``OUT.run.json``; any other name keeps all of itself and adds
+    ``-run.json`` (as ``summary_paths`` names the summary, so ``--out`` paths never share one)."""
+    name = out_path.name
+    if name.endswith(".csv") and len(name) > len(".csv"):
+        return out_path.with_name(f"{name[: -len('.csv')]}.run.json")
+    return out_path.with_name(f"{name}-run.json")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run_record(engine: Any, input_path: Path, mode: str, options: DecideOptions) -> dict[str, Any]:
+    """The record of a run: the engine's ``fingerprint`` (its name where it has none)."""
+    return {
+        "model": engine.name,
+        "model_fingerprint": getattr(engine, "fingerprint", engine.name),
+        "input": str(input_path),
+        "input_sha256": file_sha256(input_path),
+        "mode": mode,
+        "options": options.model_dump(mode="json"),
+    }
+
+
+def check_or_write(out_path: Path, record: dict[str, Any], *, resume: bool,
+                   stream: TextIO = sys.stderr) -> None:
+    """Before a run writes a prediction: on ``resume`` of an existing file, refuse a record that
+    differs (naming what); else (a new file, or one replaced) write the record."""
+    path = run_record_path(out_path)
+    if resume and out_path.is_file() and out_path.stat().st_size > 0:
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            print(f"warning: {out_path} has no run record ({path.name}; written before records "
+                  "were kept): the model and input it was started with cannot be checked",
+                  file=stream)
+            return
+        except (OSError, ValueError) as exc:
+            raise DecisionInputError(f"{path}: cannot read the run record: {exc}", "out") from None
+        changed = [label for key, label in _CHECKED.items()
+                   if not isinstance(kept, dict) or kept.get(key) != record[key]]
+        if changed:
+            raise DecisionInputError(
+                f"{out_path} was started with another {', '.join(changed)} ({path.name}): "
+                "resuming would mix two runs' answers; resume with the same, or pass "
+                "--overwrite to start again", "resume",
+            )
+        return
+    part = path.with_name(path.name + ".part")
+    try:
+        part.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        os.replace(part, path)
+    except OSError as exc:
+        raise DecisionInputError(f"{path}: cannot write: {exc.strerror}", "out") from None
