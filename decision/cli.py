@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from decision.errors import CheckpointError, DecisionError, DecisionInputError
 
@@ -55,28 +58,66 @@ def exit_status(command: Callable[[], int], prefix: str = "", *, detail: bool = 
     says ``cannot load the model`` of a checkpoint, as ``decision COMMAND`` does, where
     ``python -m decision.train`` and ``python -m apps.xiangqi.train_player`` say ``error: ...``
     of both."""
-    try:
-        status = command()
-        if sys.stdout is not None:  # None when started with stdout closed (>&-)
-            sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's last flush
-        return status
-    except BrokenPipeError:
-        _drop_stdout()
-        return 141
-    except DecisionInputError as exc:
+    with _CtrlCNote() as ctrl_c:
+        try:
+            status = command()
+            if sys.stdout is not None:  # None when started with stdout closed (>&-)
+                sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's last one
+            return status
+        except BrokenPipeError:
+            _drop_stdout()
+            return 141
+        except KeyboardInterrupt:
+            print(f"{prefix}interrupted", file=sys.stderr)
+            return 130
+        except Exception as exc:
+            if ctrl_c.seen:  # a Ctrl-C that native code turned into another error
+                print(f"{prefix}interrupted", file=sys.stderr)
+                return 130
+            if not isinstance(exc, DecisionError):
+                raise
+            return _report(exc, prefix, detail)
+
+
+def _report(exc: DecisionError, prefix: str, detail: bool) -> int:
+    """An error the library raises on purpose, as one line on stderr; its exit status."""
+    if isinstance(exc, DecisionInputError):
         where = f" ({exc.field})" if detail and exc.field else ""
         print(f"{prefix}error{where}: {exc.message}", file=sys.stderr)
         return 2
-    except CheckpointError as exc:
+    if isinstance(exc, CheckpointError):
         said = "cannot load the model" if detail else "error"
         print(f"{prefix}{said}: {exc}", file=sys.stderr)
         return 2
-    except DecisionError as exc:  # e.g. a training run that diverged (TrainingError)
-        print(f"{prefix}error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{prefix}interrupted", file=sys.stderr)
-        return 130
+    print(f"{prefix}error: {exc}", file=sys.stderr)  # e.g. a diverged training run
+    return 1
+
+
+class _CtrlCNote:
+    """Notes a Ctrl-C (SIGINT) while a command runs, where Python's default handler is in place
+    (the main thread). Native code can turn the KeyboardInterrupt into another error on its way
+    back: safetensors reads a tensor through Python, and a Ctrl-C that lands there came back as
+    "cannot load the model" of a sound checkpoint (status 2). A command that fails after a
+    Ctrl-C was interrupted."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._installed = False
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> _CtrlCNote:
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed and signal.getsignal(signal.SIGINT) == self._on_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _drop_stdout() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,3 +215,34 @@ def test_decide_reads_files_saved_with_a_byte_order_mark(tmp_path: Path) -> None
     body = read_body(args)
     assert body.document == "The tenant gave 20 days of notice."
     assert [q.id for q in body.questions] == ["a"]
+
+
+@pytest.mark.parametrize("command", ["decide", "eval"])
+def test_ctrl_c_while_the_model_loads_is_an_interruption_in_every_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    command: str,
+) -> None:
+    """A Ctrl-C that native code (safetensors reading a tensor) turned into a read error was
+    reported "cannot load the model" (status 2) of a sound checkpoint."""
+    import signal
+
+    from decision.errors import CheckpointError
+    from decision.serve.engine import ModelEngine
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        try:
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C, while a tensor is read
+        except KeyboardInterrupt:
+            raise CheckpointError("model.safetensors: cannot read tensor 'w'") from None
+        raise AssertionError("no KeyboardInterrupt")
+
+    monkeypatch.setattr(ModelEngine, "load", load)
+    monkeypatch.setattr("decision.model.load_model", load)
+    document, questions = tmp_path / "doc.txt", tmp_path / "q.json"
+    document.write_text("A document.")
+    questions.write_text(json.dumps([{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}]))
+    argv = {"decide": ["decide", "--document", str(document), "--questions", str(questions)],
+            "eval": ["eval", "--seed-start", "20000000", "--groups", "1"]}[command]
+    assert main(argv) == 130
+    assert capsys.readouterr().err == f"decision {command}: interrupted\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from decision.scoring.runner import check_paths, score_csv
     from decision.scoring.summary import write_summary
     from decision.serve.api import DecideOptions
+    from decision.serve.engine import ModelEngine
 
     try:
         options = DecideOptions(threshold=args.threshold, max_steps=args.max_steps)
@@ -59,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if not input_path.is_file():
         raise DecisionInputError(f"{input_path}: no such file", "input")
     check_paths(input_path, out_path, resume=args.resume, overwrite=args.overwrite)
-    engine = _load_engine(args.model, args.device)
+    engine = ModelEngine.load(args.model, device=args.device)
     try:
         result = score_csv(
             input_path, out_path, engine, mode=args.mode, resume=args.resume,
@@ -86,38 +85,3 @@ def run(args: argparse.Namespace) -> int:
     )
     return 0
 
-
-def _load_engine(model: str | None, device: str) -> Any:
-    """``ModelEngine.load(model, device=device)``, where a Ctrl-C always ends in
-    ``KeyboardInterrupt`` (``decision score: interrupted``, status 130).
-
-    Safetensors' Rust code reads a tensor through Python (torch's storage ``__getitem__``): a
-    Ctrl-C that lands there comes back as a failed read ("could not determine the shape of object
-    type 'torch.storage.UntypedStorage'"), which the checkpoint reader reports as a checkpoint that
-    cannot be loaded (status 2), an error in a sound model. So the SIGINT is noted while the model
-    loads, and a load it interrupted is an interruption whatever it raised or returned.
-    """
-    from decision.serve.engine import ModelEngine
-
-    if (signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-            or threading.current_thread() is not threading.main_thread()):
-        return ModelEngine.load(model, device=device)  # SIGINT ignored or handled elsewhere
-    interrupted = False
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        nonlocal interrupted
-        interrupted = True
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, on_sigint)
-    try:
-        engine = ModelEngine.load(model, device=device)
-    except Exception:
-        if interrupted:
-            raise KeyboardInterrupt from None
-        raise
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if interrupted:  # swallowed on the way
-        raise KeyboardInterrupt
-    return engine
