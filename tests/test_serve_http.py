@@ -904,3 +904,50 @@ def test_requests_waiting_for_a_validation_thread_are_never_validated_once_given
 
     engine = _HeldEngine()
     asyncio.run(scenario())
+
+
+def test_the_validation_backlog_is_bounded_by_the_queue_size() -> None:
+    # Only the queue after validation was bounded: under overload the requests waiting for a
+    # validation thread piled up without limit, each answered 504 at its deadline instead of a
+    # 429 at once.
+    import asyncio
+
+    from decision.serve.api import DecideBody
+    from decision.serve.errors import ServiceError
+    from decision.serve.service import PREPARE_THREADS, DecisionService
+
+    engine = _HeldEngine()
+
+    def body(document: str) -> DecideBody:
+        return DecideBody.model_validate(_body(document))
+
+    async def status(task: asyncio.Future[Any]) -> int:
+        try:
+            await asyncio.wait_for(task, 10)
+        except ServiceError as exc:
+            return exc.status
+        return 200
+
+    async def scenario() -> None:
+        settings = ServeSettings(include_apps=False, queue_size=PREPARE_THREADS + 1)
+        service = DecisionService(settings)
+        service.start(engine)
+        try:
+            held = [asyncio.ensure_future(service.decide(body("held")))
+                    for _ in range(PREPARE_THREADS)]
+            for _ in range(PREPARE_THREADS):
+                assert await asyncio.to_thread(engine.entered.acquire, True, 10)
+            waiting = asyncio.ensure_future(service.decide(body("waits")))  # for a thread
+            await asyncio.sleep(0)
+            with pytest.raises(ServiceError) as refused:  # one more than --queue-size
+                await asyncio.wait_for(service.decide(body("one too many")), 5)
+            assert refused.value.status == 429 and "being validated" in refused.value.message
+            engine.release.set()
+            assert [await status(t) for t in [*held, waiting]] == [200] * (PREPARE_THREADS + 1)
+            assert service._validating == 0  # every validation counted out
+            assert await status(asyncio.ensure_future(service.decide(body("later")))) == 200
+        finally:
+            engine.release.set()
+            await asyncio.to_thread(service.stop)
+
+    asyncio.run(scenario())

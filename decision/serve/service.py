@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import threading
 import time
 from collections.abc import Sequence
 from typing import Annotated, Any, Protocol
@@ -95,6 +96,10 @@ class DecisionService:
         # set (on the event loop) when shutdown begins: a request being validated then can only
         # be refused, so it is answered 503 at once (``_until``)
         self._stopping: asyncio.Event | None = None
+        # validations submitted and not finished (waiting for a thread, or running: one whose
+        # request was given up runs on to its end), bounded by --queue-size like the queue
+        self._validating = 0
+        self._validating_lock = threading.Lock()
         self.metrics = ServiceMetrics(
             queue_depth=lambda: float(self.worker.depth) if self.worker else 0.0,
             model_loaded=lambda: 1.0 if self.ready else 0.0,
@@ -208,10 +213,18 @@ class DecisionService:
         pool = self._prepare_pool
         if pool is None:
             raise ServiceError(503, "unavailable", "the model is not loaded")
+        limit = self.settings.queue_size
+        with self._validating_lock:
+            if self._validating >= limit:  # else an unbounded backlog, each answered 504 late
+                raise ServiceError(429, "overloaded", f"{self._validating} requests are being "
+                                   f"validated (at most {limit}, --queue-size); retry later")
+            self._validating += 1
         try:
             future = pool.submit(contextvars.copy_context().run, engine.prepare, body)
         except RuntimeError:  # the pool was shut down: the service is stopping
+            self._validation_done()
             raise ServiceError(503, "unavailable", _SHUTDOWN_MESSAGE) from None
+        future.add_done_callback(lambda _: self._validation_done())  # finished or cancelled
         try:
             return await _until(asyncio.wrap_future(future), deadline, gone, self._stopping)
         except (TimeoutError, _Gone):
@@ -231,6 +244,10 @@ class DecisionService:
         finally:
             if not item.future.done():
                 item.abandon()  # nobody waits for it now: the worker stops decoding it
+
+    def _validation_done(self) -> None:
+        with self._validating_lock:
+            self._validating -= 1
 
     def _timed_out(self) -> ServiceError:
         """The documented 504 of a request that outlived ``--timeout``."""
