@@ -29,7 +29,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-batching", action="store_true",
                    help="decide every request alone (same as --max-batch-size 1)")
     p.add_argument("--queue-size", type=int, default=d.queue_size,
-                   help="requests waiting at most before 429 (default: %(default)s)")
+                   help="requests waiting at most before 429, and being validated at most "
+                        "(default: %(default)s)")
     p.add_argument("--timeout", type=float, default=d.request_timeout_s,
                    help="seconds before a request is answered 504 (default: %(default)s)")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
