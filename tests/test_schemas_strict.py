@@ -180,12 +180,16 @@ def test_the_memory_limit_stops_the_child(ctx, monkeypatch) -> None:
     10 s of CPU time, four such compiles at a time in the service; the child's data is now
     limited (RLIMIT_DATA) and the refusal says so. A small schema compiles under the limit."""
     import time
+    from collections import OrderedDict
 
     from decision.errors import SchemaError
     from decision.schemas import JsonAnswer, compile_answer
     from decision.schemas import compile as compile_module
 
     monkeypatch.setattr(compile_module, "COMPILE_MEMORY_LIMIT_BYTES", 96 << 20)
+    # its own refusal cache: a refusal of this schema remembered earlier in the session (at the
+    # real limit) would answer for it, and its 96 MiB one must not answer for later tests
+    monkeypatch.setattr(compile_module, "_refused", OrderedDict())
     start = time.monotonic()
     with pytest.raises(SchemaError) as refused:
         compile_answer(JsonAnswer(schema={"type": "string", "maxLength": 10**9}), ctx,

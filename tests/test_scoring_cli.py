@@ -405,13 +405,20 @@ def test_resume_with_another_mode_is_refused_and_keeps_the_file(tmp_path: Path) 
     engine: Any = _FakeEngine()
     score_csv(path, out, engine, mode="both", show_progress=False)
     before = out.read_bytes()
-    # used to cut away the standalone rows (--mode joint) ...
+    with pytest.raises(DecisionInputError, match="started with another mode"):  # its run record
+        score_csv(path, out, engine, mode="joint", resume=True, show_progress=False)
+    assert out.read_bytes() == before
+    # a file from before run records: it used to cut away the standalone rows (--mode joint) ...
+    from decision.scoring.run_record import run_record_path
+
+    run_record_path(out).unlink()
     with pytest.raises(DecisionInputError, match="holds standalone predictions"):
         score_csv(path, out, engine, mode="joint", resume=True, show_progress=False)
     assert out.read_bytes() == before
     # ... or keep joint rows as a standalone run's, scoring nothing (--mode standalone)
     joint = tmp_path / "joint.csv"
     score_csv(path, joint, engine, mode="joint", show_progress=False)
+    run_record_path(joint).unlink()
     with pytest.raises(DecisionInputError, match="holds joint predictions"):
         score_csv(path, joint, engine, mode="standalone", resume=True, show_progress=False)
     result = score_csv(path, out, engine, mode="both", resume=True, show_progress=False)
@@ -426,6 +433,12 @@ def test_resume_with_another_input_is_refused_and_keeps_the_file(tmp_path: Path)
     before = out.read_bytes()
     # a smaller input used to cut the predictions of g2 away and report them resumed
     smaller = _fake_csv(tmp_path / "small.csv", ["one", "two"])
+    with pytest.raises(DecisionInputError, match="started with other input file contents"):
+        score_csv(smaller, out, engine, resume=True, show_progress=False)
+    assert out.read_bytes() == before
+    from decision.scoring.run_record import run_record_path
+
+    run_record_path(out).unlink()  # a file from before run records: recover's own refusal
     with pytest.raises(DecisionInputError, match="group 'g2', which this input does not have"):
         score_csv(smaller, out, engine, resume=True, show_progress=False)
     assert out.read_bytes() == before
@@ -553,9 +566,9 @@ def test_resume_with_another_model_input_or_options_is_refused_and_keeps_the_fil
         score_csv(path, out, other, resume=True, show_progress=False)
     edited = _fake_csv(tmp_path / "edited.csv", ["one", "2", "three"])  # same ids
     edited.replace(path.with_name("in2.csv"))
-    with pytest.raises(DecisionInputError, match="another input file contents"):
+    with pytest.raises(DecisionInputError, match="other input file contents"):
         score_csv(path.with_name("in2.csv"), out, first, resume=True, show_progress=False)
-    with pytest.raises(DecisionInputError, match="another decoding options"):
+    with pytest.raises(DecisionInputError, match="other decoding options"):
         score_csv(path, out, first, resume=True, show_progress=False,
                   options=DecideOptions(threshold=0.5))
     assert out.read_bytes() == kept  # untouched by every refusal
@@ -575,3 +588,36 @@ def test_the_engine_fingerprint_tells_weights_apart(tmp_path: Path) -> None:
     again = ModelEngine.load(str(tiny_checkpoint(tmp_path / "again", seed=0)))
     b = ModelEngine.load(str(tiny_checkpoint(tmp_path / "b", seed=1)))
     assert a.fingerprint == again.fingerprint != b.fingerprint
+
+
+def test_a_resume_refused_by_the_run_record_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    """recover cut the file before the run record refused the resume: the same ids with a
+    question added to g0 cut every group away (g0 looked incomplete), and another model cut a
+    torn last group, both then refused "the file is left as it was" (docs/service.md)."""
+    out = tmp_path / "pred.csv"
+    first: Any = _FakeEngine()
+    first.fingerprint = "weights-a"
+    path = _fake_csv(tmp_path / "in.csv", ["one", "two", "three"])
+    score_csv(path, out, first, show_progress=False)
+    whole = out.read_bytes()
+    rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
+    rows.insert(2, ["g0", "one", "q2", "Q2?", "boolean", "{}", "true"])  # same ids, one more
+    edited = tmp_path / "edited.csv"
+    with edited.open("w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    with pytest.raises(DecisionInputError, match="other input file contents"):
+        score_csv(edited, out, first, resume=True, show_progress=False)
+    assert out.read_bytes() == whole
+    torn = whole[: whole.rindex(b"\n", 0, len(whole) - 1) + 5]  # g2's row cut short
+    out.write_bytes(torn)
+    other: Any = _FakeEngine()
+    other.fingerprint = "weights-b"
+    with pytest.raises(DecisionInputError, match="another model"):
+        score_csv(path, out, other, resume=True, show_progress=False)
+    assert out.read_bytes() == torn
+    # checked first, the record does not warn of a file recover refuses as no predictions file
+    notes, said = tmp_path / "notes.csv", io.StringIO()
+    notes.write_text("my,own\nfile,here\n")
+    with pytest.raises(DecisionInputError, match="not a predictions file"):
+        score_csv(path, notes, first, resume=True, show_progress=False, progress_stream=said)
+    assert said.getvalue() == ""

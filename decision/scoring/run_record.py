@@ -20,8 +20,8 @@ from decision.errors import DecisionInputError
 from decision.serve.api import DecideOptions
 
 # The keys compared on --resume, and how a difference is named in the refusal.
-_CHECKED = {"model_fingerprint": "model", "input_sha256": "input file contents", "mode": "mode",
-            "options": "decoding options"}
+_CHECKED = {"model_fingerprint": "another model", "input_sha256": "other input file contents",
+            "mode": "another mode", "options": "other decoding options"}
 
 
 def run_record_path(out_path: Path) -> Path:
@@ -72,7 +72,7 @@ def check_or_write(out_path: Path, record: dict[str, Any], *, resume: bool,
                    if not isinstance(kept, dict) or kept.get(key) != record[key]]
         if changed:
             raise DecisionInputError(
-                f"{out_path} was started with another {', '.join(changed)} ({path.name}): "
+                f"{out_path} was started with {' and '.join(changed)} ({path.name}): "
                 "resuming would mix two runs' answers; resume with the same, or pass "
                 "--overwrite to start again", "resume",
             )

@@ -8,6 +8,7 @@ formed by position in the input whether resumed or not (see ``score_csv``).
 
 from __future__ import annotations
 
+import io
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,10 +168,15 @@ def score_csv(
         print(f"{input_path}:{problem.line}: skipped: {problem.reason}", file=stream)
     expected = {g.group_id: len(g.questions) * len(modes) for g in groups}
     questions = {g.group_id: {q.question.id for q in g.questions} for g in groups}
-    # recover first: its refusals (another mode, groups of another input) say more
-    done = recover(out_path, expected, modes, questions) if resume else set()
+    # the run record first: recover cuts off what it takes for incomplete groups before it
+    # returns (with the same ids over another input, every group), and a refused resume must
+    # leave the file as it was; recover's own refusals still cover files from before records,
+    # and its refusal of a file that is no predictions file comes without the record's warning
+    warning = io.StringIO()
     check_or_write(out_path, run_record(engine, input_path, mode, options), resume=resume,
-                   stream=stream)
+                   stream=warning)
+    done = recover(out_path, expected, modes, questions) if resume else set()
+    stream.write(warning.getvalue())
     bar = Progress(len(groups), done=len(done), stream=stream, enabled=show_progress)
     try:
         scored = _score_batches(input_path, out_path, engine, groups, done, modes, options,
