@@ -838,13 +838,43 @@ def test_shutdown_answers_the_requests_being_validated_at_once() -> None:
     assert engine.batches == []
 
 
+def _decide_body(document: str) -> Any:
+    from decision.serve.api import DecideBody
+
+    return DecideBody.model_validate(_body(document))
+
+
+async def _status_of(task: Any) -> int:
+    """The HTTP status ``task`` (a ``DecisionService.decide``) ends with, 10 s at most."""
+    import asyncio
+
+    from decision.serve.errors import ServiceError
+
+    try:
+        await asyncio.wait_for(task, 10)
+    except ServiceError as exc:
+        return exc.status
+    return 200
+
+
+async def _hold_every_thread(service: Any, engine: _HeldEngine) -> list[Any]:
+    """Requests of the document "held", one on each validation thread, held there."""
+    import asyncio
+
+    from decision.serve.service import PREPARE_THREADS
+
+    held = [asyncio.ensure_future(service.decide(_decide_body("held")))
+            for _ in range(PREPARE_THREADS)]
+    for _ in range(PREPARE_THREADS):
+        assert await asyncio.to_thread(engine.entered.acquire, True, 10)
+    return held
+
+
 def test_requests_waiting_for_a_validation_thread_are_never_validated_once_given_up() -> None:
     # Nobody waits for such a request's validation any more: its client went away, or shutdown
     # began. It stayed waiting, and was validated once a thread was free.
     import asyncio
 
-    from decision.serve.api import DecideBody
-    from decision.serve.errors import ServiceError
     from decision.serve.service import PREPARE_THREADS, DecisionService
 
     class Client:
@@ -857,47 +887,30 @@ def test_requests_waiting_for_a_validation_thread_are_never_validated_once_given
             await self.leave.wait()
             return {"type": "http.disconnect"}
 
-    def body(document: str) -> DecideBody:
-        return DecideBody.model_validate(_body(document))
-
-    async def status(task: asyncio.Future[Any]) -> int:
-        try:
-            await asyncio.wait_for(task, 10)
-        except ServiceError as exc:
-            return exc.status
-        return 200
-
-    async def hold_every_thread(service: DecisionService) -> list[asyncio.Future[Any]]:
-        held = [asyncio.ensure_future(service.decide(body("held")))
-                for _ in range(PREPARE_THREADS)]
-        for _ in range(PREPARE_THREADS):
-            assert await asyncio.to_thread(engine.entered.acquire, True, 10)
-        return held
-
     async def scenario() -> None:
         service = DecisionService(ServeSettings(include_apps=False))
         service.start(engine)
         try:
-            held = await hold_every_thread(service)
+            held = await _hold_every_thread(service, engine)
             client = Client()
-            leaving = asyncio.ensure_future(service.decide(body("leaves"), client))  # type: ignore[arg-type]
+            leaving = asyncio.ensure_future(service.decide(_decide_body("leaves"), client))  # type: ignore[arg-type]
             await asyncio.sleep(0)  # it waits for a validation thread now
             client.leave.set()
-            assert await status(leaving) == 504  # let go at once, every thread still held
+            assert await _status_of(leaving) == 504  # let go at once, every thread still held
             engine.release.set()
-            assert [await status(task) for task in held] == [200] * PREPARE_THREADS
+            assert [await _status_of(task) for task in held] == [200] * PREPARE_THREADS
             # validated after anything queued before it: the request of the gone client too
-            assert await status(asyncio.ensure_future(service.decide(body("last")))) == 200
+            assert await _status_of(service.decide(_decide_body("last"))) == 200
             assert engine.prepared == PREPARE_THREADS + 1  # never the gone client's
 
             engine.release.clear()
-            held = await hold_every_thread(service)
-            stopped = asyncio.ensure_future(service.decide(body("stopped")))
+            held = await _hold_every_thread(service, engine)
+            stopped = asyncio.ensure_future(service.decide(_decide_body("stopped")))
             await asyncio.sleep(0)  # it waits for a validation thread now
             service.begin_shutdown()
             # answered at once, as are the ones being validated: none could be queued now
-            assert await status(stopped) == 503
-            assert [await status(task) for task in held] == [503] * PREPARE_THREADS
+            assert await _status_of(stopped) == 503
+            assert [await _status_of(task) for task in held] == [503] * PREPARE_THREADS
         finally:
             engine.release.set()
             await asyncio.to_thread(service.stop)
@@ -912,40 +925,26 @@ def test_the_validation_backlog_is_bounded_by_the_queue_size() -> None:
     # 429 at once.
     import asyncio
 
-    from decision.serve.api import DecideBody
     from decision.serve.errors import ServiceError
     from decision.serve.service import PREPARE_THREADS, DecisionService
 
     engine = _HeldEngine()
-
-    def body(document: str) -> DecideBody:
-        return DecideBody.model_validate(_body(document))
-
-    async def status(task: asyncio.Future[Any]) -> int:
-        try:
-            await asyncio.wait_for(task, 10)
-        except ServiceError as exc:
-            return exc.status
-        return 200
 
     async def scenario() -> None:
         settings = ServeSettings(include_apps=False, queue_size=PREPARE_THREADS + 1)
         service = DecisionService(settings)
         service.start(engine)
         try:
-            held = [asyncio.ensure_future(service.decide(body("held")))
-                    for _ in range(PREPARE_THREADS)]
-            for _ in range(PREPARE_THREADS):
-                assert await asyncio.to_thread(engine.entered.acquire, True, 10)
-            waiting = asyncio.ensure_future(service.decide(body("waits")))  # for a thread
+            held = await _hold_every_thread(service, engine)
+            waiting = asyncio.ensure_future(service.decide(_decide_body("waits")))  # for a thread
             await asyncio.sleep(0)
             with pytest.raises(ServiceError) as refused:  # one more than --queue-size
-                await asyncio.wait_for(service.decide(body("one too many")), 5)
+                await asyncio.wait_for(service.decide(_decide_body("one too many")), 5)
             assert refused.value.status == 429 and "being validated" in refused.value.message
             engine.release.set()
-            assert [await status(t) for t in [*held, waiting]] == [200] * (PREPARE_THREADS + 1)
+            assert [await _status_of(t) for t in [*held, waiting]] == [200] * (PREPARE_THREADS + 1)
             assert service._validating == 0  # every validation counted out
-            assert await status(asyncio.ensure_future(service.decide(body("later")))) == 200
+            assert await _status_of(service.decide(_decide_body("later"))) == 200
         finally:
             engine.release.set()
             await asyncio.to_thread(service.stop)

@@ -23,15 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from apps.contracts.examples import load_examples
 from apps.contracts.presets import PRESETS, check_rules, get_preset
-from decision.serve.api import ErrorBody
+from decision.serve.api import INVALID_REQUEST_RESPONSES
 
 static_dir = Path(__file__).resolve().parent / "static"
 static_url = "/contracts"
 
-# the service's error shape, not FastAPI's default HTTPValidationError, which it never sends
-router = APIRouter(prefix="/api/contracts", tags=["contracts demo"], responses={
-    422: {"model": ErrorBody, "description": "Invalid request; `error.field` names the field."},
-})
+router = APIRouter(prefix="/api/contracts", tags=["contracts demo"],
+                   responses=INVALID_REQUEST_RESPONSES)
 
 
 class CheckBody(BaseModel):

@@ -55,7 +55,7 @@ from apps.xiangqi.store import (
     check_store_path,
 )
 from decision.errors import DecisionError, DecisionInputError
-from decision.serve.api import ErrorBody
+from decision.serve.api import INVALID_REQUEST_RESPONSES
 from decision.serve.errors import (
     BodyLimitMiddleware,
     body_error_response,
@@ -514,11 +514,8 @@ class VersionRequest(_Body):
     version: StrictInt | None = None
 
 
-# FastAPI's default 422 in the schema is its HTTPValidationError ({"detail": [...]}), which these
-# routes never send: they answer the service's error shape.
-router = APIRouter(route_class=_JsonErrorRoute, tags=["xiangqi"], responses={
-    422: {"model": ErrorBody, "description": "Invalid request; `error.field` names the field."},
-})
+router = APIRouter(route_class=_JsonErrorRoute, tags=["xiangqi"],
+                   responses=INVALID_REQUEST_RESPONSES)
 
 
 def check_settings() -> None:

@@ -130,6 +130,13 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+# An app router's ``responses``: its 422 in the OpenAPI schema is this shape, not FastAPI's
+# default HTTPValidationError ({"detail": [...]}), which the service never sends.
+INVALID_REQUEST_RESPONSES: dict[int | str, dict[str, Any]] = {
+    422: {"model": ErrorBody, "description": "Invalid request; `error.field` names the field."},
+}
+
+
 class HealthBody(BaseModel):
     status: Literal["ok", "degraded"]
     model_loaded: bool

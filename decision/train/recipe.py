@@ -226,7 +226,9 @@ def trim_evals(path: Path, step: int) -> None:
 
     kept = [line for line in lines if not later(line)]
     if len(kept) < len(lines):
-        path.write_text("".join(kept))
+        part = path.with_name(path.name + ".part")  # whole, then renamed: a kill keeps the old
+        part.write_text("".join(kept))
+        os.replace(part, path)
         log(f"{path}: dropped {len(lines) - len(kept)} record(s) after step {step}, the "
             "checkpoint's step (validated again as the run resumes)")
 
