@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import select
 import signal
 import sys
 import threading
@@ -65,6 +66,8 @@ def exit_status(command: Callable[[], int], prefix: str = "", *, detail: bool = 
                 sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's last one
             return status
         except BrokenPipeError:
+            if not _stdout_reader_gone():  # another pipe (a FIFO named as --out): an error
+                raise
             _drop_stdout()
             return 141
         except KeyboardInterrupt:
@@ -118,6 +121,17 @@ class _CtrlCNote:
     def __exit__(self, *exc: object) -> None:
         if self._installed and signal.getsignal(signal.SIGINT) == self._on_sigint:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on the write
+    end); True where that cannot be told, as before this check."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no stdout, no descriptor, no poll
+        return True
 
 
 def _drop_stdout() -> None:

@@ -246,3 +246,18 @@ def test_ctrl_c_while_the_model_loads_is_an_interruption_in_every_command(
     assert main(argv) == 130
     assert capsys.readouterr().err == f"decision {command}: interrupted\n"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
+def test_a_broken_pipe_other_than_stdout_is_not_taken_for_a_reader_gone() -> None:
+    """Any BrokenPipeError ended the command quietly with 141, as if stdout's reader had gone:
+    one from another pipe (a FIFO given as an output file) was hidden."""
+    import subprocess
+    import sys
+
+    script = ("from decision.cli import exit_status\n"
+              "def fifo_reader_gone():\n"
+              "    raise BrokenPipeError(32, 'Broken pipe')\n"
+              "raise SystemExit(exit_status(fifo_reader_gone))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 1 and "BrokenPipeError" in proc.stderr  # stdout is fine
