@@ -127,6 +127,21 @@ def read_predictions(path: Path) -> list[PredictionRow]:
         return [PredictionRow.from_cells(row) for row in reader]
 
 
+def beside(out_path: Path, what: str) -> Path:
+    """A file kept beside the predictions: ``OUT.csv`` -> ``OUT.<what>``; any other name keeps
+    all of itself and adds ``-<what>`` (``preds.v1`` -> ``preds.v1-summary.json``).
+
+    So two different ``--out`` paths never share one (stripping any last suffix made
+    ``preds.v1``, ``preds.v2`` and ``preds`` all write ``preds.summary.*``, like ``preds.csv``):
+    dropping ``.csv`` keeps ``.csv`` names apart, and the ``-`` of the other names keeps them
+    apart from those.
+    """
+    name = out_path.name
+    if name.endswith(".csv") and len(name) > len(".csv"):
+        return out_path.with_name(f"{name[: -len('.csv')]}.{what}")
+    return out_path.with_name(f"{name}-{what}")
+
+
 def recover(
     path: Path, expected_rows: Mapping[str, int], modes: Collection[str] | None = None,
     questions: Mapping[str, Collection[str]] | None = None,

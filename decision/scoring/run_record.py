@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from decision.errors import DecisionInputError
+from decision.scoring.output import beside
 from decision.serve.api import DecideOptions
 
 # The keys compared on --resume, and how a difference is named in the refusal.
@@ -25,12 +26,8 @@ _CHECKED = {"model_fingerprint": "another model", "input_sha256": "other input f
 
 
 def run_record_path(out_path: Path) -> Path:
-    """``OUT.csv`` -> ``OUT.run.json``; any other name keeps all of itself and adds
-    ``-run.json`` (as ``summary_paths`` names the summary, so ``--out`` paths never share one)."""
-    name = out_path.name
-    if name.endswith(".csv") and len(name) > len(".csv"):
-        return out_path.with_name(f"{name[: -len('.csv')]}.run.json")
-    return out_path.with_name(f"{name}-run.json")
+    """``OUT.csv`` -> ``OUT.run.json`` (``output.beside``, as the summary is named)."""
+    return beside(out_path, "run.json")
 
 
 def file_sha256(path: Path) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from decision.metrics import Record, strict_json, summarize
 from decision.scoring.gold import gold_key
-from decision.scoring.output import PredictionRow
+from decision.scoring.output import PredictionRow, beside
 from decision.scoring.runner import ScoreResult
 
 
@@ -36,21 +36,8 @@ def records(rows: list[PredictionRow]) -> list[Record]:
 
 
 def summary_paths(out_path: Path) -> tuple[Path, Path]:
-    """``OUT.csv`` -> ``OUT.summary.json`` and ``OUT.summary.md``; any other name keeps all of
-    itself and adds ``-summary.json`` / ``-summary.md`` (``preds.v1`` -> ``preds.v1-summary.json``).
-
-    So two different ``--out`` paths never share a summary (stripping any last suffix made
-    ``preds.v1``, ``preds.v2`` and ``preds`` all write ``preds.summary.*``, like ``preds.csv``):
-    dropping ``.csv`` keeps ``.csv`` names apart, and the ``-summary`` of the other names keeps
-    them apart from those.
-    """
-    name = out_path.name
-    if name.endswith(".csv") and len(name) > len(".csv"):
-        base, sep = name[: -len(".csv")], "."
-    else:
-        base, sep = name, "-"
-    return (out_path.with_name(f"{base}{sep}summary.json"),
-            out_path.with_name(f"{base}{sep}summary.md"))
+    """``OUT.csv`` -> ``OUT.summary.json`` and ``OUT.summary.md`` (``output.beside``)."""
+    return beside(out_path, "summary.json"), beside(out_path, "summary.md")
 
 
 def build_summary(
