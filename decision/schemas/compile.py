@@ -51,6 +51,18 @@ COMPILE_MEMORY_LIMIT_BYTES = 1 << 30
 # nothing about the regex, so it is not remembered and a retry compiles again.
 COMPILE_WALL_LIMIT_S = 60.0
 _PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _find_prctl() -> Any:
+    """libc's prctl, looked up here in the parent: a forked child of a threaded process should
+    not dlopen (another thread may have held the loader's lock at the fork). None off Linux."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _find_prctl()
 SENTINEL = b"\x01"  # read before every regex, when the vocabulary has it (_index_transitions)
 _CACHE_SIZE = 512
 # ... and at most this many bytes of automata: one at the edge limit holds ~48 MB of tensors, so
@@ -198,11 +210,9 @@ def _die_with_parent(parent: int) -> None:
     """Linux: have the kernel SIGKILL this child when the thread that forked it ends, e.g. the
     server killed (a SIGTERM'd uvicorn re-raises the signal, skipping exit handlers); else the
     child computed on, for nobody, until its CPU limit."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the CPU limit still ends it
+    if _PRCTL is None:  # not Linux: the CPU limit still ends it
         return
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent had already gone before the prctl
         os._exit(1)
 
