@@ -98,3 +98,24 @@ def test_broken_links_are_found(tmp_path: Path) -> None:
 def test_relative_links_resolve(doc: Path) -> None:
     broken = broken_links(doc)
     assert not broken, f"{doc.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def _documented_modules() -> list[str]:
+    """The project's modules the docs tell a reader to run as ``python -m MODULE``."""
+    modules = set()
+    for doc in DOCS:
+        for name in re.findall(r"python -m ([A-Za-z_][\w.]*)", doc.read_text(encoding="utf-8")):
+            if name.split(".")[0] in ("decision", "apps", "benchmarks"):
+                modules.add(name)
+    return sorted(modules)
+
+
+@pytest.mark.parametrize("module", _documented_modules())
+def test_every_documented_python_m_command_has_an_entry_point(module: str) -> None:
+    """``python -m apps.contracts.contractnli`` lost its ``__main__`` guard in a tidy-up and
+    then did nothing at all (no CSV, status 0), as docs/contracts.md still told readers to run
+    it. Checked without importing: the module runs something when run as a script."""
+    path = ROOT.joinpath(*module.split("."))
+    source = path / "__main__.py" if path.is_dir() else path.with_suffix(".py")
+    assert source.is_file(), f"{module}: no such module"
+    assert path.is_dir() or 'if __name__ == "__main__":' in source.read_text(encoding="utf-8")

@@ -181,3 +181,7 @@ def main(argv: list[str] | None = None) -> int:
               "annotation and are left out", file=sys.stderr)
     return 0
 
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
