@@ -321,6 +321,38 @@ def test_a_checked_request_is_decoded_without_compiling_again(model, monkeypatch
     assert len(compiled) == len(QUESTIONS)
 
 
+def test_check_request_refuses_a_model_without_tokenizer() -> None:
+    """check_request runs decide_many's model checks too (it raised AttributeError)."""
+    from decision.joint.engine import check_request
+
+    bare = toy_model()
+    bare.tokenizer = None
+    for call in (lambda: check_request(bare, {"document": DOC, "questions": QUESTIONS}),
+                 lambda: decide(bare, DOC, QUESTIONS)):
+        with pytest.raises(DecisionInputError) as err:
+            call()
+        assert err.value.field == "model"
+
+
+@pytest.mark.parametrize("requests", [
+    iter([{"document": DOC, "questions": QUESTIONS}]),  # TypeError: no len()
+    {"document": DOC, "questions": QUESTIONS},  # its keys taken for requests
+    "requests",  # its characters taken for requests
+    None,  # silently no answers
+])
+def test_requests_must_be_a_list(model, requests) -> None:
+    with pytest.raises(DecisionInputError) as err:
+        decide_many(model, requests)
+    assert err.value.field == "requests" and "list" in err.value.message
+
+
+def test_max_steps_beyond_int64_is_no_limit(model) -> None:
+    """A huge max_steps overflowed building the step-limit tensor (ValueError)."""
+    unlimited = decide(model, DOC, QUESTIONS, threshold=0.5)
+    huge = decide(model, DOC, QUESTIONS, threshold=0.5, max_steps=2**64)
+    assert _values(huge) == _values(unlimited) and huge.steps == unlimited.steps
+
+
 def test_unknown_request_field_named(model) -> None:
     with pytest.raises(DecisionInputError) as err:
         decide_many(model, [{"document": DOC, "questions": QUESTIONS, "treshold": 0.5}])

@@ -8,8 +8,10 @@ import types
 from typing import Any
 
 import pytest
+import torch
 
 import decision
+from decision.errors import DecisionInputError
 from decision.model import DecisionModel, load_model
 from decision.model.testing import tiny_model
 
@@ -35,3 +37,34 @@ def test_decide_methods_delegate_to_the_joint_engine(monkeypatch: pytest.MonkeyP
     assert model.decide_many([{"document": "doc"}], config=None) == []
     assert calls[0] == ("one", (model, "doc", ["q"], "joint", 0.5, None, False), {})
     assert calls[1] == ("many", (model, [{"document": "doc"}]), {"config": None})
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        # a float list was cast to long: token 2.5 silently became token 2
+        (lambda m: m.history_logits([[1, 2.5]]), "input_ids"),
+        (lambda m: m.prefill([[1.0, 2.0]]), "input_ids"),
+        # masks and segments torch cannot read raised its TypeError/ValueError
+        (lambda m: m.history_logits([[1, 2]], "mask"), "attention_mask"),
+        (lambda m: m.prefill([[1, 2], [3, 4]], [[1, 1], [1]]), "attention_mask"),
+        (lambda m: m.history_logits([[1, 2]], None, "seg"), "segment_ids"),
+        (lambda m: m.denoise([[1, 2]], m.empty_cache(1), None, [[0], [1, 2]]), "segment_ids"),
+        # empty_cache with a bad size failed inside torch.zeros
+        (lambda m: m.empty_cache(-1), "batch_size"),
+        (lambda m: m.empty_cache(2.0), "batch_size"),
+        (lambda m: m.empty_cache("2"), "batch_size"),
+    ],
+)
+def test_bad_arguments_name_the_argument(call: Any, field: str) -> None:
+    with pytest.raises(DecisionInputError) as err:
+        call(tiny_model())
+    assert err.value.field == field
+
+
+def test_edge_arguments_still_accepted() -> None:
+    model = tiny_model()
+    assert model.history_logits([[]]).shape == (1, 0, model.config.vocab_size)
+    assert model.history_logits([[1, 2]], [[True, False]], [[0, 1]]).shape[:2] == (1, 2)
+    assert model.empty_cache(0).batch_size == 0
+    assert model.empty_cache(torch.tensor(2)).batch_size == 2

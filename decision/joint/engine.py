@@ -158,13 +158,11 @@ def decide_many(
     is abandoned ``DecodeAbandonedError`` is raised instead of decoding on.
     """
     config = config or EngineConfig()
-    if model.tokenizer is None:
-        raise DecisionInputError("the model has no tokenizer", "model")
-    ctx = tokenizer_context(model.tokenizer)
-    if ctx.vocab_size > model.config.vocab_size:
+    ctx = _context(model)
+    if not isinstance(requests, list | tuple):
+        # a dict or a string would be iterated as keys or characters, an iterator has no len
         raise DecisionInputError(
-            f"tokenizer has {ctx.vocab_size} tokens, the model only {model.config.vocab_size}",
-            "model",
+            f"requests must be a list of requests, got {type(requests).__name__}", "requests"
         )
     if not requests:
         return []
@@ -189,10 +187,24 @@ def check_request(
     against the model), raising ``DecisionInputError``; decodes nothing. The result, given to
     ``decide_many`` with the same model and config, is decoded without compiling again."""
     config = config or EngineConfig()
-    ctx = tokenizer_context(model.tokenizer)
+    ctx = _context(model)
     parsed = _validate(request, ctx, config, "", _max_positions(model))
     _rows(model, ctx, [parsed])
     return CheckedRequest(request, model, config, parsed)
+
+
+def _context(model: Any) -> TokenizerContext:
+    """The model's tokenizer context, refusing a model without a tokenizer or whose tokenizer
+    has more tokens than its vocabulary."""
+    if model.tokenizer is None:
+        raise DecisionInputError("the model has no tokenizer", "model")
+    ctx = tokenizer_context(model.tokenizer)
+    if ctx.vocab_size > model.config.vocab_size:
+        raise DecisionInputError(
+            f"tokenizer has {ctx.vocab_size} tokens, the model only {model.config.vocab_size}",
+            "model",
+        )
+    return ctx
 
 
 def _max_positions(model: Any) -> int:
@@ -493,7 +505,9 @@ def _run(
         return flags[row_request]
 
     row_steps = torch.zeros(len(rows), dtype=torch.long)
-    max_steps = torch.tensor([requests[row.request].max_steps or 0 for row in rows])
+    # a row takes at most one step per slot token, so a larger max_steps is no limit: capped to
+    # fit an int64 (max_steps=2**63 would overflow the tensor)
+    max_steps = torch.tensor([min(requests[row.request].max_steps or 0, 2**62) for row in rows])
     decoded = state.masked.sum(-1)
     denoise_s = sampler_s = constraint_s = 0.0
     block_mask_d, seg_d = block_mask.to(device), seg.to(device)

@@ -6,6 +6,7 @@ Module names mirror Qwen3_5MoeForCausalLM (``model.embed_tokens``, ``model.layer
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -154,11 +155,11 @@ class DecisionModel(nn.Module):
     # ------------------------------------------------------------------ input checks
     def _ids(self, ids: Any, name: str) -> torch.Tensor:
         if not isinstance(ids, torch.Tensor):
-            try:
-                ids = torch.as_tensor(ids, dtype=torch.long)
-            except (TypeError, ValueError) as exc:
-                msg = f"{name} must be an int tensor [B, T]: {exc}"
-                raise DecisionInputError(msg, name) from None
+            # without a dtype, so that floats stay floats and are refused below (a long
+            # conversion would truncate 2.5 to token 2); an empty list stays an empty batch
+            ids = _as_tensor(ids, name, "an int tensor [B, T]")
+            if ids.numel() == 0:
+                ids = ids.long()
         if ids.dim() != 2 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
             raise DecisionInputError(
                 f"{name} must be an integer tensor [B, T], got {ids.dtype} {tuple(ids.shape)}", name
@@ -172,7 +173,7 @@ class DecisionModel(nn.Module):
     def _mask(self, mask: Any, ids: torch.Tensor, name: str) -> torch.Tensor:
         if mask is None:
             return torch.ones(ids.shape, dtype=torch.bool, device=self.device)
-        mask = torch.as_tensor(mask, device=self.device)
+        mask = _as_tensor(mask, name, "a 0/1 or bool tensor [B, T]").to(self.device)
         if tuple(mask.shape) != tuple(ids.shape):
             raise DecisionInputError(
                 f"{name} shape {tuple(mask.shape)} differs from the ids {tuple(ids.shape)}", name
@@ -193,7 +194,7 @@ class DecisionModel(nn.Module):
     def _segments(self, seg: Any, ids: torch.Tensor, name: str) -> torch.Tensor | None:
         if seg is None:
             return None
-        seg = torch.as_tensor(seg, device=self.device)
+        seg = _as_tensor(seg, name, "an integer tensor [B, T]").to(self.device)
         if tuple(seg.shape) != tuple(ids.shape) or seg.dtype.is_floating_point:
             raise DecisionInputError(
                 f"{name} must be an integer tensor shaped like the ids {tuple(ids.shape)}", name
@@ -225,6 +226,15 @@ class DecisionModel(nn.Module):
     # ------------------------------------------------------------------ paths
     def empty_cache(self, batch_size: int) -> HistoryCache:
         """The cache of ``batch_size`` empty histories."""
+        try:  # an int or anything usable as an index (numpy ints), not a bool or a float
+            batch = operator.index(batch_size)
+        except TypeError:
+            batch = -1
+        if isinstance(batch_size, bool) or batch < 0:
+            raise DecisionInputError(
+                f"batch_size must be a non-negative integer, got {batch_size!r}", "batch_size"
+            )
+        batch_size = batch
         layers = tuple(
             layer.empty_cache(batch_size, self.device, self.dtype) for layer in self.model.layers
         )
@@ -343,6 +353,15 @@ class DecisionModel(nn.Module):
 
 
 __all__ = ["AttentionCache", "DecisionModel", "GDNCache", "HistoryCache"]
+
+
+def _as_tensor(value: Any, name: str, what: str) -> torch.Tensor:
+    """``value`` as a tensor, or a ``DecisionInputError`` naming ``name`` (a string, a ragged
+    list or None would otherwise raise torch's own TypeError/ValueError)."""
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise DecisionInputError(f"{name} must be {what}: {exc}", name) from None
 
 
 def _cache_mismatch(got: LayerCache, expected: LayerCache) -> str | None:
