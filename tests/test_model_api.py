@@ -68,3 +68,27 @@ def test_edge_arguments_still_accepted() -> None:
     assert model.history_logits([[1, 2]], [[True, False]], [[0, 1]]).shape[:2] == (1, 2)
     assert model.empty_cache(0).batch_size == 0
     assert model.empty_cache(torch.tensor(2)).batch_size == 2
+
+
+def test_cache_rows_and_shard_sizes_out_of_range_are_named(tmp_path: Any) -> None:
+    """``HistoryCache.index_select`` with a row past the batch (or negative, or 1.5) was torch's
+    IndexError (or a silent truncation to row 1); ``save(max_shard_size="lots")`` a plain
+    ValueError, and a size of 0 or -5 wrote one tensor a shard."""
+    import pytest
+
+    from decision.errors import DecisionInputError
+    from decision.model.testing import tiny_model
+
+    model = tiny_model()
+    cache = model.empty_cache(2)
+    assert cache.index_select([1, 1, 0]).batch_size == 3
+    assert cache.index_select([]).batch_size == 0
+    for rows in ([2], [-1], [1.5], [[0]], "x"):
+        with pytest.raises(DecisionInputError) as refused:
+            cache.index_select(rows)
+        assert refused.value.field == "rows"
+    for size in ("lots", 0, -5, "0MB", True, 2.5):
+        with pytest.raises(DecisionInputError) as refused:
+            model.save(tmp_path / "m", max_shard_size=size)
+        assert refused.value.field == "max_shard_size"
+    assert not (tmp_path / "m").exists()  # refused before anything was written

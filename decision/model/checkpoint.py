@@ -24,7 +24,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from decision.errors import CheckpointError
+from decision.errors import CheckpointError, DecisionInputError
 from decision.model.backbone import DecisionModel
 from decision.model.config import DecisionConfig
 from decision.model.gdn import BLOCK_PARAM_NAMES
@@ -588,11 +588,13 @@ def _read_tokenizer(directory: Path) -> Any:
 # ---------------------------------------------------------------------------- saving
 def _parse_size(size: int | str | None) -> int | None:
     """``max_shard_size``: bytes, or a string like "500KB", "10MB", "2GB"."""
-    if size is None or isinstance(size, int):
+    if size is None or (isinstance(size, int) and not isinstance(size, bool) and size > 0):
         return size
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*", size, flags=re.IGNORECASE)
-    if not match:
-        raise ValueError(f"max_shard_size {size!r}: use bytes or e.g. '10MB'")
+    match = (re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*", size, flags=re.IGNORECASE)
+             if isinstance(size, str) else None)
+    if not match or float(match[1]) <= 0:
+        raise DecisionInputError(f"max_shard_size {size!r}: use bytes (> 0) or e.g. '10MB'",
+                                 "max_shard_size")
     unit = (match[2] or "B").upper()
     mult = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
             "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}[unit]
@@ -603,6 +605,7 @@ def save_checkpoint(
     model: DecisionModel, path: str | Path, max_shard_size: int | str | None = None
 ) -> None:
     """Write the model in its own dtype; shards (with an index) above ``max_shard_size`` bytes."""
+    limit = _parse_size(max_shard_size)  # before anything is written
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     state = {
@@ -610,7 +613,6 @@ def save_checkpoint(
         for name, t in model.state_dict().items()
         if not (model.config.tie_word_embeddings and name == "lm_head.weight")
     }
-    limit = _parse_size(max_shard_size)
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     for name, t in state.items():
