@@ -58,19 +58,22 @@ class HistoryCache:
 
     def index_select(self, rows: torch.Tensor | list[int]) -> HistoryCache:
         """The cache of the given rows (repeats allowed: one document, several questions)."""
-        try:
-            rows_t = torch.as_tensor(rows, device=self.lengths.device)
+        try:  # a list on the CPU first, where its range is checked without a sync
+            rows_t = torch.as_tensor(rows)
         except (TypeError, ValueError, RuntimeError) as exc:
             raise DecisionInputError(f"rows must be a list of row indices: {exc}", "rows") from None
         if rows_t.numel() == 0:  # [] reads as float: no rows, an empty cache
             rows_t = rows_t.long().reshape(0)
         if rows_t.dim() != 1 or rows_t.dtype.is_floating_point or rows_t.dtype == torch.bool:
             raise DecisionInputError(f"rows must be a list of row indices, got {rows!r}", "rows")
-        if rows_t.numel() and (int(rows_t.min()) < 0 or int(rows_t.max()) >= self.batch_size):
+        # the range on the CPU only: of a tensor on an accelerator it would cost two syncs a
+        # denoising step (the engine selects rows of one there), and torch refuses those itself
+        if rows_t.device.type == "cpu" and rows_t.numel() and (
+                int(rows_t.min()) < 0 or int(rows_t.max()) >= self.batch_size):
             raise DecisionInputError(
                 f"rows must be in [0, {self.batch_size}) (the cache's rows), got {rows!r}", "rows"
             )
-        rows_t = rows_t.long()
+        rows_t = rows_t.to(self.lengths.device, torch.long)
         layers = tuple(layer.index_select(rows_t) for layer in self.layers)
         lengths = self.lengths.index_select(0, rows_t)
         return HistoryCache(lengths, _trim(layers, int(lengths.max().item()) if len(rows_t) else 0))
