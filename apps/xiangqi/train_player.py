@@ -72,12 +72,12 @@ from decision.train.loop import (
     train_loop,
 )
 from decision.train.recipe import (
+    EVALS_NAME,
     TrainResult,
     begin_run,
     check_export_dest,
     check_num_segments,
     start_model,
-    trim_evals,
 )
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
@@ -373,8 +373,7 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         log(f"images: {xq.image_share:.0%} of the rows from ply {xq.image_from_ply} show "
             "the position mirrored, colour-swapped or both")
     val = validation_examples(valid, xq.val_positions, xq.seed + 2)
-    evals_path = out / "evals.jsonl"
-    trim_evals(evals_path, 0 if state is None else state["step"])  # as decision.train does
+    evals_path = out / EVALS_NAME
 
     def validate(m: Any, step: int) -> dict[str, Any]:
         t = time.monotonic()

@@ -108,9 +108,9 @@ def check_model_matches(model: Any, cfg: TrainConfig, source: str | Path) -> Non
         )
 
 
+EVALS_NAME = "evals.jsonl"  # one validation record a line, beside the checkpoint
 # What a run writes into its directory (checkpoint.tmp / .old only while it saves)
-RUN_FILES = (CHECKPOINT_DIR, CHECKPOINT_TMP, CHECKPOINT_OLD, "tokenizer.json",
-             "evals.jsonl")
+RUN_FILES = (CHECKPOINT_DIR, CHECKPOINT_TMP, CHECKPOINT_OLD, "tokenizer.json", EVALS_NAME)
 
 
 def check_num_segments(cfg: TrainConfig, questions: int) -> None:
@@ -191,11 +191,15 @@ def start_model(
     """The model to train (its tokenizer as ``model.tokenizer``) and the trainer state to resume
     (None for a fresh run): the checkpoint ``resume_from`` (:func:`resume_point`), else the
     weights and tokenizer of ``init_from``, else a new model over ``new_tokenizer()``. A fresh
-    run writes its tokenizer to ``out/tokenizer.json``."""
+    run writes its tokenizer to ``out/tokenizer.json``. Either way the validation records after
+    the step it starts from are dropped (``trim_evals``): a fresh run here is a ``--resume``
+    without a checkpoint (else ``check_no_run`` refused the directory)."""
     if resume_from is not None:
         model = load_trainable(resume_from, "resume with")
         check_model_matches(model, cfg, resume_from)
-        return model, load_trainer_state(resume_from)
+        state = load_trainer_state(resume_from)
+        trim_evals(out / EVALS_NAME, state["step"])
+        return model, state
     if init_from is not None:
         model = load_trainable(init_from, "train with")
         check_model_matches(model, cfg, init_from)
@@ -204,6 +208,7 @@ def start_model(
         model = build_model(cfg, new_tokenizer())
     out.mkdir(parents=True, exist_ok=True)
     model.tokenizer.save(str(out / "tokenizer.json"))
+    trim_evals(out / EVALS_NAME, 0)
     return model, None
 
 
@@ -265,10 +270,7 @@ def train(
         return tokenizer
 
     model, state = start_model(cfg, out, resume_from, init_from, new_tokenizer)
-    evals_path = out / "evals.jsonl"
-    # a fresh run here is a --resume without a checkpoint (else check_no_run refused the
-    # directory): the records of its lost steps go too
-    trim_evals(evals_path, 0 if state is None else state["step"])
+    evals_path = out / EVALS_NAME
     tokenizer = model.tokenizer
     log(f"model: {count_parameters(model) / 1e6:.2f}M parameters")
     ids = special_ids(tokenizer)
