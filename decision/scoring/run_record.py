@@ -12,9 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from decision.errors import DecisionInputError
 from decision.scoring.output import beside
@@ -50,19 +49,18 @@ def run_record(engine: Any, input_path: Path, mode: str, options: DecideOptions)
     }
 
 
-def check_or_write(out_path: Path, record: dict[str, Any], *, resume: bool,
-                   stream: TextIO = sys.stderr) -> None:
+def check_or_write(out_path: Path, record: dict[str, Any], *, resume: bool) -> str | None:
     """Before a run writes a prediction: on ``resume`` of an existing file, refuse a record that
-    differs (naming what); else (a new file, or one replaced) write the record."""
+    differs (naming what); else (a new file, or one replaced) write the record. Returns the
+    warning to show when the file has no record to check."""
     path = run_record_path(out_path)
     if resume and out_path.is_file() and out_path.stat().st_size > 0:
         try:
             kept = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            print(f"warning: {out_path} has no run record ({path.name}; written before records "
-                  "were kept): the model and input it was started with cannot be checked",
-                  file=stream)
-            return
+            return (f"warning: {out_path} has no run record ({path.name}; written before "
+                    "records were kept): the model and input it was started with cannot be "
+                    "checked")
         except (OSError, ValueError) as exc:
             raise DecisionInputError(f"{path}: cannot read the run record: {exc}", "out") from None
         changed = [label for key, label in _CHECKED.items()
@@ -73,10 +71,11 @@ def check_or_write(out_path: Path, record: dict[str, Any], *, resume: bool,
                 "resuming would mix two runs' answers; resume with the same, or pass "
                 "--overwrite to start again", "resume",
             )
-        return
+        return None
     part = path.with_name(path.name + ".part")
     try:
         part.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         os.replace(part, path)
     except OSError as exc:
         raise DecisionInputError(f"{path}: cannot write: {exc.strerror}", "out") from None
+    return None

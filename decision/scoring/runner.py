@@ -8,7 +8,6 @@ formed by position in the input whether resumed or not (see ``score_csv``).
 
 from __future__ import annotations
 
-import io
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,11 +171,11 @@ def score_csv(
     # returns (with the same ids over another input, every group), and a refused resume must
     # leave the file as it was; recover's own refusals still cover files from before records,
     # and its refusal of a file that is no predictions file comes without the record's warning
-    warning = io.StringIO()
-    check_or_write(out_path, run_record(engine, input_path, mode, options), resume=resume,
-                   stream=warning)
+    warning = check_or_write(out_path, run_record(engine, input_path, mode, options),
+                             resume=resume)
     done = recover(out_path, expected, modes, questions) if resume else set()
-    stream.write(warning.getvalue())
+    if warning is not None:
+        print(warning, file=stream)
     bar = Progress(len(groups), done=len(done), stream=stream, enabled=show_progress)
     try:
         scored = _score_batches(input_path, out_path, engine, groups, done, modes, options,
