@@ -366,3 +366,183 @@ def test_another_game_opened_or_linked_keeps_no_stale_state(server, browser) -> 
     assert page.evaluate("state.start_fen").startswith("rnbakabnr/")
     assert not errors, errors
     page.close()
+
+
+def _api(server: str, path: str, body: dict) -> dict:
+    """POST ``body`` to the game API at ``path`` (under /api/xiangqi/games); the JSON answer."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(f"{server}/api/xiangqi/games{path}",
+                                     data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return json.load(reply)
+
+
+def _two_player_game(server: str, moves: str, fen: str | None = None) -> dict:
+    """A two-player game made through the API, ``moves`` (ICCS, space-separated) played."""
+    game = _api(server, "", {"model_side": "none", **({"fen": fen} if fen else {})})
+    for move in moves.split():
+        game = _api(server, f"/{game['id']}/moves", {"move": move})
+    return game
+
+
+def test_a_finished_game_says_how_it_ended_in_words(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """The API's reasons were shown as they are: "Draw by draw repetition", "Draw by no capture
+    120", and "Black wins by repetition" for Red's perpetual check (as if Black had repeated)."""
+    drawn = _two_player_game(server, "h0g2 h9g7 g2h0 g7h9 h0g2 h9g7 g2h0 g7h9")
+    assert drawn["reason"] == "draw_repetition"
+    # Red checks with its chariot on every move and the position comes back a third time.
+    perpetual = _two_player_game(server, "i0i9 d9d8 i9i8 d8d9 i8i9 d9d8 i9i8 d8d9 i8i9",
+                                 fen="3k5/9/9/9/9/9/9/9/9/4K3R w - - 0 1")
+    assert (perpetual["reason"], perpetual["winner"]) == ("repetition", "black")
+    page, errors = new_page(browser)
+    for game, expected in ((drawn, "Draw by repetition (1/2-1/2)"),
+                           (perpetual, "Black wins by perpetual check by Red (0-1)")):
+        page.goto(f"{server}/xiangqi/#{game['id']}")
+        page.wait_for_function("(id) => state && state.id === id && !busy", arg=game["id"])
+        assert page.inner_text("#status") == expected
+        assert page.is_disabled("#model-move") and page.is_enabled("#undo")
+        click_square(page, game["moves"][-1]["iccs"][2:])  # a finished game takes no selection
+        assert page.evaluate("selected") is None
+    # the other texts, from the page's own function
+    texts = page.evaluate("""() => [
+        resultText({reason: 'no_capture_120', winner: null, result: '1/2-1/2'}),
+        resultText({reason: 'stalemate', winner: 'red', result: '1-0'}),
+        resultText({reason: 'checkmate', winner: 'black', result: '0-1'})]""")
+    assert texts == ["Draw by the 120-ply no-capture rule (1/2-1/2)",
+                     "Red wins by stalemate (no legal move) (1-0)",
+                     "Black wins by checkmate (0-1)"]
+    assert not errors, errors
+    page.close()
+
+
+def test_a_move_into_a_game_changed_in_another_tab_says_what_happened(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """A move from a tab that had not seen another tab's move is refused (409 conflict): the page
+    reads the game again and shows it, so the API's "reload it" was wrong advice there."""
+    game = _two_player_game(server, "")
+    first, errors = new_page(browser)
+    first.goto(f"{server}/xiangqi/#{game['id']}")
+    first.wait_for_function("state !== null && !busy")
+    stale, stale_errors = new_page(browser)
+    stale.goto(f"{server}/xiangqi/#{game['id']}")
+    stale.wait_for_function("state !== null && !busy")
+    click_square(first, "h2")
+    click_square(first, "e2")
+    wait_moves(first, 1)
+    click_square(stale, "b2")  # still Red to move in this tab's view
+    click_square(stale, "e2")
+    stale.wait_for_function("!busy && !document.getElementById('error').hidden")
+    message = stale.inner_text("#error")
+    assert "changed in another tab" in message and "reload" not in message, message
+    assert [m["iccs"] for m in stale.evaluate("state.moves")] == ["h2e2"]
+    assert stale.inner_text("#status").startswith("Black to move")
+    assert not errors and not stale_errors, errors + stale_errors
+    first.close()
+    stale.close()
+
+
+def test_a_url_edited_back_to_the_game_shown_opens_nothing_later(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """While a request runs, #<id> edited to another game and then back to the game shown: the
+    page still opened the other game once the request ended, against the URL's last word."""
+    page, errors = open_board(browser, server)
+    other = page.evaluate("state.id")
+    page.click("#new-game")
+    page.wait_for_function("(id) => state && state.id !== id && !busy", arg=other)
+    shown = page.evaluate("state.id")
+    held = _held(page, "**/model-move")
+    click_square(page, "h2")
+    click_square(page, "e2")
+    route = _next_held(page, held)  # the model is thinking: the page is busy
+    page.evaluate("(id) => { location.hash = id; }", other)
+    page.wait_for_function("(id) => wanted === id", arg=other)
+    page.evaluate("(id) => { location.hash = id; }", shown)
+    route.continue_()
+    page.unroute("**/model-move")
+    wait_moves(page, 2)
+    # a deferred open would start on the next task: let it, then look
+    page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 50))")
+    page.wait_for_function("!busy")
+    assert page.evaluate("state.id") == shown
+    assert page.evaluate("location.hash") == f"#{shown}"
+    assert not errors, errors
+    page.close()
+
+
+def test_the_board_is_played_with_the_keyboard(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """The board takes the focus (Tab), the arrows move a cursor, Enter or Space picks a piece
+    and plays it; the arrows follow the board as drawn when it is flipped; no console warning
+    (the CJK font probe's canvas read-back logged one)."""
+    page, errors = new_page(browser)
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}")
+            if m.type in ("error", "warning") else None)
+    page.goto(f"{server}/xiangqi/")
+    page.wait_for_function("state !== null && !busy", timeout=15_000)
+    assert not console, console
+    game = _two_player_game(server, "")
+    page.evaluate("(id) => { location.hash = id; }", game["id"])
+    page.wait_for_function("(id) => state && state.id === id && !busy", arg=game["id"])
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "board"
+    page.keyboard.press("ArrowUp")  # the cursor appears on the bottom side's general
+    assert page.get_attribute("[data-cursor]", "data-cursor") == "e0"
+    for key in ("ArrowUp", "ArrowUp", "ArrowRight", "ArrowRight", "ArrowRight", "Enter"):
+        page.keyboard.press(key)
+    assert page.evaluate("selected") == "h2"
+    assert "red cannon" in page.get_attribute("#board", "aria-label")
+    for key in ("ArrowLeft", "ArrowLeft", "ArrowLeft"):
+        page.keyboard.press(key)
+    assert "a legal move" in page.get_attribute("#board", "aria-label")
+    page.keyboard.press(" ")
+    wait_moves(page, 1)
+    assert page.evaluate("state.moves[0].iccs") == "h2e2"
+    assert page.evaluate("scrollY") == 0  # Space and the arrows did not scroll the page
+    # Black plays from the top with the board flipped: up on the screen is towards rank 0.
+    page.click("#flip")
+    page.focus("#board")
+    for key in ("ArrowDown", "ArrowDown", "ArrowDown", "ArrowDown", "Enter"):
+        page.keyboard.press(key)  # e2 -> e6, a black soldier
+    assert page.evaluate("selected") == "e6"
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("Enter")
+    wait_moves(page, 2)
+    assert page.evaluate("state.moves[1].iccs") == "e6e5"
+    for key in ("ArrowUp", "ArrowUp", "Enter"):  # e5 -> e3, a red soldier
+        page.keyboard.press(key)
+    assert page.evaluate("selected") == "e3"
+    page.keyboard.press("Escape")
+    assert page.evaluate("selected") is None
+    page.keyboard.press("Alt+ArrowLeft")  # the browser's, not the cursor's
+    assert page.evaluate("cursor") == "e3"
+    click_square(page, "a3")  # the mouse takes over: the keyboard's cursor is not drawn
+    assert page.locator("[data-cursor]").count() == 0
+    assert not errors, errors
+    page.close()
+
+
+def test_the_status_line_is_rewritten_only_when_it_changes(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """The status line is a live region: replacing its text, even by the same words, has a
+    screen reader read it out again, and every click that selects a piece redrew it."""
+    page, errors = open_board(browser, server)
+    page.evaluate("""() => {
+        window.statusWrites = 0;
+        new MutationObserver((records) => { window.statusWrites += records.length; })
+            .observe(document.getElementById('status'),
+                     {childList: true, characterData: true, subtree: true, attributes: true});
+    }""")
+    for square in ("h2", "g3", "f5", "h2"):
+        click_square(page, square)
+    assert page.evaluate("selected") == "h2"
+    page.click("#flip")
+    # let the observer's records arrive: they are delivered after the current task
+    page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 0))")
+    assert page.evaluate("statusWrites") == 0
+    assert page.inner_text("#status") == "Red to move · your move"
+    click_square(page, "e2")
+    wait_moves(page, 2)
+    assert page.evaluate("statusWrites") > 0  # "the model is thinking", then "your move"
+    assert page.inner_text("#status") == "Red to move · your move"
+    assert not errors, errors
+    page.close()

@@ -24,7 +24,8 @@ const NAMES = {
 function cjkFontMissing() {
   const canvas = document.createElement("canvas");
   canvas.width = canvas.height = 40;
-  const ctx = canvas.getContext("2d");
+  // read back twice: without willReadFrequently Chrome logs a console warning about it
+  const ctx = canvas.getContext("2d", { willReadFrequently: true });
   const draw = (ch) => {
     ctx.clearRect(0, 0, 40, 40);
     ctx.font = "32px serif";
@@ -47,6 +48,7 @@ let thinking = false; // a model move is being asked for: the status says so unt
 let following = 0; // bumped to stop an older watch of a game another request is changing
 let watching = false; // such a watch runs: the status says so, Undo and Model move wait for it
 let wanted = null; // a game id put in the URL while a request ran, opened when it ends
+let cursor = null; // the square the keyboard points at (null until an arrow key is pressed)
 
 function svgEl(tag, attrs, parent) {
   const node = document.createElementNS(SVG_NS, tag);
@@ -126,6 +128,7 @@ function drawGrid() {
   svgEl("g", { id: "marks" }, svg);
   svgEl("g", { id: "pieces" }, svg);
   svgEl("g", { id: "targets" }, svg);
+  svgEl("g", { id: "cursor" }, svg);
 }
 
 // FEN board field to {square: letter}; the first row is rank 9.
@@ -203,16 +206,48 @@ function drawTargets() {
   }
 }
 
+// The keyboard's cursor: a square outline where Enter or Space acts, drawn once a key moved it.
+function drawCursor() {
+  const layer = el("cursor");
+  if (!layer) return;
+  layer.replaceChildren();
+  if (!cursor) return;
+  const [x, y] = squarePoint(cursor);
+  svgEl("rect", { x: x - 30, y: y - 30, width: 60, height: 60, rx: 6, class: "cursor",
+    "data-cursor": cursor }, layer);
+}
+
 function render() {
   drawGrid();
   if (!state) return;
   drawMarks();
   drawPieces(state.fen);
   drawTargets();
+  drawCursor();
+  describeBoard();
   renderStatus();
   renderMoves();
   renderButtons();
   el("game-id").textContent = state.id;
+}
+
+// How a finished game ended, in words: the API's reason ("draw_repetition" read "Draw by draw
+// repetition", "repetition" did not say that the loser is the side that checked perpetually).
+function resultText(s) {
+  const reasons = {
+    checkmate: "checkmate",
+    stalemate: "stalemate (no legal move)",
+    draw_repetition: "repetition",
+    no_capture_120: "the 120-ply no-capture rule",
+  };
+  let how;
+  if (s.reason === "repetition" && s.winner) {
+    how = `perpetual check by ${sideName(s.winner === "red" ? "black" : "red")}`;
+  } else {
+    how = reasons[s.reason] || String(s.reason || "").replaceAll("_", " ");
+  }
+  const winner = s.winner ? `${sideName(s.winner)} wins` : "Draw";
+  return `${winner} by ${how} (${s.result})`;
 }
 
 function sideName(side) {
@@ -220,37 +255,39 @@ function sideName(side) {
 }
 
 function renderStatus() {
+  const [text, kind] = statusLine();
   const status = el("status");
-  status.className = "status";
+  // Only a change is written: the line is a live region, and a screen reader reads it out again
+  // whenever its text is replaced, even by the same words (every click redraws the board).
+  if (status.textContent !== text) status.textContent = text;
+  const className = kind ? `status ${kind}` : "status";
+  if (status.className !== className) status.className = className;
+}
+
+// The status line's text and its class (failed, over, check, thinking or "").
+function statusLine() {
   if (!state) { // the first load failed (the reason is under the controls): say so, not "Loading…"
-    status.textContent = "No game loaded · New game or a reload tries again";
-    status.classList.add("failed");
-    return;
+    return ["No game loaded · New game or a reload tries again", "failed"];
   }
-  if (state.over) {
-    const winner = state.winner ? `${sideName(state.winner)} wins` : "Draw";
-    const reason = (state.reason || "").replaceAll("_", " ");
-    status.textContent = `${winner} by ${reason} (${state.result})`;
-    status.classList.add("over");
-    return;
-  }
+  if (state.over) return [resultText(state), "over"];
   let text = `${sideName(state.turn)} to move`;
+  const kinds = [];
   if (state.check) {
     text += " · check!";
-    status.classList.add("check");
+    kinds.push("check");
   }
   if (thinking) {
     text += " · the model is thinking";
-    status.classList.add("thinking");
+    kinds.push("thinking");
   } else if (watching) {
     text += " · another request is changing the game (the model may be thinking for it)";
-    status.classList.add("thinking");
+    kinds.push("thinking");
   } else if (state.model_to_move) {
     text += " · model's turn";
   } else if (state.model_side !== "none") {
     text += " · your move";
   }
-  status.textContent = text;
+  return [text, kinds.join(" ")];
 }
 
 // One line per full move: Red's move, then Black's (a game may start with Black to move).
@@ -368,10 +405,16 @@ async function run(task) {
     thinking = false;
     selected = null;
     if (err.status === 409 && state) { // someone else changed the game: show what it is now
+      let reread = false;
       try {
         state = await api("GET", `/${state.id}`);
+        reread = true;
       } catch (_) { /* keep the old view */ }
-      if (err.type === "game_busy") {
+      if (err.type === "conflict" && reread) {
+        // the API's advice is to reload: this page has read the game again already
+        showError("This game was changed in another tab or window; it is shown here as it is " +
+          "now.");
+      } else if (err.type === "game_busy") {
         // the API's advice is to reload; this page reads the game again by itself
         showError("Another request is changing this game; it is shown here once it has.");
         follow(state.id, state.version);
@@ -487,7 +530,10 @@ async function loadGame(id) {
 // A game id edited into the URL (#id): open it, unless it is the game shown. If it cannot be
 // opened, the error says why and the URL goes back to the game still shown.
 function openGame(id) {
-  if (!id || (state && state.id === id)) return;
+  if (!id || (state && state.id === id)) {
+    wanted = null; // edited back to the game shown while a request ran: open nothing after it
+    return;
+  }
   if (busy) {
     wanted = id;
     return;
@@ -528,9 +574,18 @@ function squareAt(evt) {
 }
 
 function onBoardClick(evt) {
-  if (busy || !state || state.over || state.model_to_move) return;
+  cursor = null; // the mouse took over: no keyboard cursor left drawn
   const sq = squareAt(evt);
-  if (!sq) return;
+  if (sq) pickSquare(sq);
+  else drawCursor();
+}
+
+// A click, or Enter/Space on the keyboard's cursor: select an own piece, or move to a target.
+function pickSquare(sq) {
+  if (busy || !state || state.over || state.model_to_move) {
+    drawCursor();
+    return;
+  }
   if (selected && targetsOf(selected).includes(sq)) {
     const from = selected;
     run(() => playMove(from, sq));
@@ -542,7 +597,51 @@ function onBoardClick(evt) {
   render();
 }
 
+// What the board holds, for a screen reader: the cursor's square and piece, the selection.
+function describeBoard() {
+  let text = "Xiangqi board: arrow keys move a cursor, Enter or Space picks the piece under it " +
+    "or plays the selected piece there, Escape lets it go";
+  if (state && cursor) {
+    const letter = parseFen(state.fen)[cursor];
+    const what = letter ? `${isRed(letter) ? "red" : "black"} ${NAMES[letter.toLowerCase()]}`
+      : "empty";
+    text = `${cursor}: ${what}` + (selected ? `; ${selected} selected` : "") +
+      (selected && targetsOf(selected).includes(cursor) ? ", a legal move" : "");
+  }
+  svg.setAttribute("aria-label", text);
+}
+
+// Keyboard play: the arrows move the cursor as the board is drawn (up is away from the side at
+// the bottom, also when flipped), Enter or Space acts as a click there, Escape clears.
+function onBoardKey(evt) {
+  // a modifier is the browser's (Alt+Left goes back) or the system's: left to them
+  if (!state || evt.altKey || evt.ctrlKey || evt.metaKey) return;
+  const steps = { ArrowUp: [0, 1], ArrowDown: [0, -1], ArrowLeft: [-1, 0], ArrowRight: [1, 0] };
+  if (evt.key in steps) {
+    const [df, dr] = steps[evt.key].map((d) => (flipped ? -d : d));
+    if (!cursor) {
+      cursor = selected || (flipped ? "e9" : "e0");
+    } else {
+      const f = Math.min(8, Math.max(0, FILES.indexOf(cursor[0]) + df));
+      const r = Math.min(9, Math.max(0, Number(cursor[1]) + dr));
+      cursor = FILES[f] + r;
+    }
+    drawCursor();
+    describeBoard();
+  } else if ((evt.key === "Enter" || evt.key === " ") && cursor) {
+    pickSquare(cursor);
+    describeBoard();
+  } else if (evt.key === "Escape" && selected) {
+    selected = null;
+    render();
+  } else {
+    return;
+  }
+  evt.preventDefault(); // no page scroll from the arrows or Space
+}
+
 svg.addEventListener("click", onBoardClick);
+svg.addEventListener("keydown", onBoardKey);
 el("new-game").addEventListener("click", () => run(newGame));
 el("undo").addEventListener("click", () => run(async () => {
   selected = null;
