@@ -416,6 +416,13 @@ def test_custom_sampler_plugs_in(model) -> None:
     assert 0 <= d.answers[2].value <= 120
 
 
+def test_a_sampler_that_ignores_force_is_named(model) -> None:
+    # a step must end the rows in ``force``; one that did not (a policy that fixes nothing, or
+    # LeftToRight's one token a step) ran past max_steps, or forever when it fixed nothing
+    with pytest.raises(RuntimeError, match="forced row"):
+        decide(model, DOC, QUESTIONS, sampler=LeftToRight(), max_steps=1)
+
+
 def test_options_spelling_special_tokens(model) -> None:
     # option texts such as "[EOS]" or "<a1>" are text: their slot holds their bytes' tokens
     questions = [{"id": "tag", "text": "Which tag?",
@@ -479,3 +486,67 @@ def test_auto_splits_passes_to_fit_the_model_positions() -> None:
     roomy = decide(toy_model(max_positions=pass_length(QUESTIONS)), document, QUESTIONS,
                    mode="auto")
     assert roomy.mode == "joint"
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"min_tokens": 0, "threshold": 1.0},  # fixed nothing a step: the decode loop never ended
+    {"min_tokens": -1}, {"min_tokens": 1.5}, {"min_tokens": True},
+    {"threshold": float("nan")}, {"threshold": 0.0}, {"threshold": -0.5}, {"threshold": 1.5},
+    {"threshold": True}, {"threshold": "0.9"},
+    {"min_scope": "request"}, {"commit": "slot"},  # silently decoded as "row" and "token"
+])
+def test_sampler_config_refuses_bad_values(kwargs) -> None:
+    from decision.joint.sampler import ThresholdSamplerConfig
+
+    field = next(iter(kwargs))
+    with pytest.raises(ValueError, match=f"ThresholdSamplerConfig.{field}"):
+        ThresholdSamplerConfig(**kwargs)
+
+
+def test_sampler_config_accepts_the_edges() -> None:
+    from decision.joint.sampler import ThresholdSamplerConfig
+
+    for config in (ThresholdSamplerConfig(threshold=1.0), ThresholdSamplerConfig(threshold=1e-9),
+                   ThresholdSamplerConfig(threshold=1, min_tokens=3, min_scope="slot",
+                                          commit="token")):
+        assert 0.0 < config.threshold <= 1.0
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"max_block_tokens": 0}, "max_block_tokens"),  # auto silently ran every question alone
+    ({"max_block_tokens": 2.5}, "max_block_tokens"),
+    ({"reuse_document_cache": "no"}, "reuse_document_cache"),
+    ({"min_scope": "request"}, "min_scope"),  # silently decoded as "row"
+    ({"commit": "slot"}, "commit"),  # was blamed on each request's "commit" field
+    ({"scoring_orders": ()}, "scoring_orders"),  # failed only after denoising the open answers
+    ({"scoring_orders": "left_to_right"}, "scoring_orders"),  # read as the orders "l", "e", ...
+    ({"scoring_orders": ("left_to_right", "sideways")}, "sideways"),
+    ({"scoring_orders": ("positions:1,1",)}, "positions:1,1"),
+])
+def test_engine_config_refuses_bad_values(kwargs, field) -> None:
+    with pytest.raises(ValueError, match=field):
+        EngineConfig(**kwargs)
+
+
+def test_engine_config_orders_as_a_list_equal_the_tuple() -> None:
+    listed = EngineConfig(scoring_orders=["right_to_left", "positions:1,0"])  # type: ignore[arg-type]
+    assert listed == EngineConfig(scoring_orders=("right_to_left", "positions:1,0"))
+    hash(listed)
+
+
+def test_numpy_scalars_are_numbers(model) -> None:
+    """np.float32 is no float subclass and np.int64 no int: they were refused as "must be a
+    number in (0, 1], got np.float32(0.5)" and "must be a positive integer, got np.int64(2)"."""
+    import numpy as np
+
+    plain = decide(model, DOC, QUESTIONS, threshold=0.5, max_steps=2)
+    numpy = decide(model, DOC, QUESTIONS, threshold=np.float32(0.5), max_steps=np.int64(2))
+    assert _values(numpy) == _values(plain) and numpy.steps == plain.steps <= 2
+    for bad in (np.float32("nan"), np.float64(1.5)):
+        with pytest.raises(DecisionInputError):
+            decide(model, DOC, QUESTIONS, threshold=bad)
+    with pytest.raises(DecisionInputError):
+        decide(model, DOC, QUESTIONS, max_steps=np.int64(0))
+    from decision.joint.sampler import ThresholdSamplerConfig
+
+    assert ThresholdSamplerConfig(threshold=np.float32(0.5), min_tokens=np.int64(2)).min_tokens == 2

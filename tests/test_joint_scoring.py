@@ -305,3 +305,31 @@ def test_scored_answers_are_fixed_surest_first_and_seen_by_the_rest(trained) -> 
         assert [probs[o] for o in options] == pytest.approx(want.tolist(), abs=1e-5)
     # the second answer saw the first: its numbers differ from round one's
     assert (second_round - first_round[second]).abs().max() > 1e-4
+
+
+def test_steps_count_every_forward_a_request_took_part_in(model, monkeypatch) -> None:
+    """A request's ``steps`` are the forwards any of its passes took part in. They were the
+    most any one pass took: a standalone request whose open answer took 3 denoising forwards
+    and whose scored answer 1 more reported 3 (and a pass scored at level 0 beside one scored
+    at level 1, one forward each, reported 1)."""
+    calls: list[int] = []
+    denoise = model.denoise
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return denoise(*args, **kwargs)
+
+    monkeypatch.setattr(model, "denoise", counting)
+    first = {"id": "first", "text": "Which code?",  # the options differ at their first token
+             "answer": {"type": "choice", "options": ["x1", "y1"]}}
+    second = {"id": "second", "text": "Which other code?",  # and at their second
+              "answer": {"type": "choice", "options": ["1x", "1y"]}}
+    one_order = EngineConfig(scoring_orders=("left_to_right",))
+    for mode in ("joint", "standalone", "auto"):
+        for questions in ([INTEGER, BOOLEAN, CHOICE], [first, second], [INTEGER, first, second]):
+            for config in (EngineConfig(), one_order):
+                for score in (False, True):
+                    calls.clear()
+                    d = decide(model, DOC, questions, mode=mode, threshold=1.0, commit="token",
+                               score_options=score, config=config)
+                    assert d.steps == len(calls), (mode, questions, config, score)

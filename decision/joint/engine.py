@@ -10,6 +10,7 @@ followed by one sampler step.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,9 +28,10 @@ from decision.joint.sampler import (
     Sampler,
     StepReport,
     ThresholdSamplerConfig,
+    check_choice,
 )
 from decision.joint.scoring import ORDERS as SCORING_ORDERS
-from decision.joint.scoring import ScoredOptions, SlotOptions, score_options
+from decision.joint.scoring import ScoredOptions, SlotOptions, order_positions, score_options
 from decision.schemas.compile import (
     TokenAutomaton,
     TokenizerContext,
@@ -66,6 +68,30 @@ class EngineConfig:
     min_scope: Literal["row", "slot"] = "row"
     commit: Literal["token", "answer"] = "answer"
     scoring_orders: tuple[str, ...] = SCORING_ORDERS
+
+    def __post_init__(self) -> None:
+        # refused when built, not when a request meets them: an unknown scoring order used to
+        # fail only after the open answers were denoised, a bad ``commit`` was blamed on the
+        # request's field, and a bad ``min_scope`` or ``max_block_tokens`` decoded silently
+        limit = self.max_block_tokens
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(
+                f"EngineConfig.max_block_tokens must be an integer >= 1, got {limit!r}")
+        if not isinstance(self.reuse_document_cache, bool):
+            raise ValueError("EngineConfig.reuse_document_cache must be a bool, got "
+                             f"{self.reuse_document_cache!r}")
+        check_choice(self.min_scope, ("row", "slot"), "EngineConfig.min_scope")
+        check_choice(self.commit, COMMITS, "EngineConfig.commit")
+        orders = self.scoring_orders
+        if isinstance(orders, str) or not isinstance(orders, list | tuple) or not orders:
+            raise ValueError("EngineConfig.scoring_orders must be a non-empty tuple of orders, "
+                             f"got {orders!r}")
+        for order in orders:
+            if not isinstance(order, str):
+                raise ValueError(
+                    f"EngineConfig.scoring_orders: an order is a string, got {order!r}")
+            order_positions(order, 1)  # ValueError naming the order and the known ones
+        object.__setattr__(self, "scoring_orders", tuple(orders))  # a list: hashable, comparable
 
 
 @dataclass
@@ -230,9 +256,9 @@ def _validate(
     if mode not in MODES:
         raise DecisionInputError(f"mode must be one of {list(MODES)}, got {mode!r}", where + "mode")
     threshold = raw.threshold
-    if (
+    if (  # numbers.Real: NumPy's scalars too (np.float32 is no float subclass)
         isinstance(threshold, bool)
-        or not isinstance(threshold, int | float)
+        or not isinstance(threshold, numbers.Real)
         or not math.isfinite(threshold)
         or not 0.0 < threshold <= 1.0
     ):
@@ -246,11 +272,12 @@ def _validate(
         )
     max_steps = raw.max_steps
     if max_steps is not None and (
-        isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
+        isinstance(max_steps, bool) or not isinstance(max_steps, numbers.Integral) or max_steps < 1
     ):
         raise DecisionInputError(
             f"max_steps must be a positive integer or None, got {max_steps!r}", where + "max_steps"
         )
+    max_steps = None if max_steps is None else int(max_steps)
     document = raw.document
     if not isinstance(document, str) or not document.strip():
         raise DecisionInputError("document must be a non-empty string", where + "document")
@@ -505,6 +532,13 @@ def _run(
         return flags[row_request]
 
     row_steps = torch.zeros(len(rows), dtype=torch.long)
+    # a request's forwards: those any of its rows took part in (its standalone passes share
+    # the denoising forwards, but a scored pass's levels come after the other passes' steps)
+    request_steps = torch.zeros(len(requests), dtype=torch.long)
+
+    def took_part(row_flags: torch.Tensor) -> None:
+        request_steps[row_request[row_flags].unique()] += 1
+
     # a row takes at most one step per slot token, so a larger max_steps is no limit: capped to
     # fit an int64 (max_steps=2**63 would overflow the tensor)
     max_steps = torch.tensor([min(requests[row.request].max_steps or 0, 2**62) for row in rows])
@@ -519,12 +553,19 @@ def _run(
         denoise_s += time.perf_counter() - t0
         active = state.masked.any(-1)
         row_steps += active.long()
+        took_part(active)
         force = active & (((max_steps > 0) & (row_steps >= max_steps)) | given_up)
         for group, policy in samplers:
             rows_here = torch.isin(row_request, group) if len(samplers) > 1 else None
             report = _step(policy, state, logits, force, rows_here)
             sampler_s += report.seconds
             constraint_s += report.constraint_seconds
+        unfinished = force & state.masked.any(-1)
+        if bool(unfinished.any()):  # the step contract: forced rows end this step
+            raise RuntimeError(
+                f"the sampler left {int(unfinished.sum())} forced row(s) masked; a sampler's "
+                "step must fix every masked token of the rows in force (docs/decoding.md), "
+                "otherwise max_steps and abandoned requests cannot end the loop")
     probabilities: dict[int, torch.Tensor] = {}
     remaining = dict(scored)
     thresholds = [requests[row.request].threshold for row in rows]
@@ -550,14 +591,15 @@ def _run(
         result, forwards_s = _score(model, cache, state.ids, block_mask_d, seg_d,
                                     list(remaining.values()), config)
         denoise_s += forwards_s
-        row_steps += result.row_forwards
+        for level in result.level_rows:
+            took_part(level)
         this_round = dict(zip(remaining, result.probabilities, strict=True))
         for k in _surest(remaining, this_round, thresholds):
             fix(k, this_round[k])
         sampler_s += time.perf_counter() - t0 - forwards_s  # the chain rule's bookkeeping
     timings = _timings(prefill_s, denoise_s, sampler_s, constraint_s,
                        time.perf_counter() - start)
-    return _decisions(ctx, requests, rows, state, slots, row_steps, decoded, timings,
+    return _decisions(ctx, requests, rows, state, slots, request_steps, decoded, timings,
                       probabilities)
 
 
@@ -655,7 +697,7 @@ def _decisions(
     rows: list[_Row],
     state: BlockState,
     slots: list[tuple[int, int]],
-    row_steps: torch.Tensor,
+    request_steps: torch.Tensor,
     decoded: torch.Tensor,
     timings: dict[str, float],
     probabilities: dict[int, torch.Tensor],
@@ -688,7 +730,7 @@ def _decisions(
             ),
             mode=row.kind,
         )
-    return _per_request(requests, rows, answers, row_steps, decoded, timings)
+    return _per_request(requests, rows, answers, request_steps, decoded, timings)
 
 
 def _scored_answer(question: Question, probs: torch.Tensor, with_probabilities: bool,
@@ -710,16 +752,16 @@ def _per_request(
     requests: list[_Request],
     rows: list[_Row],
     answers: list[dict[int, Answer]],
-    row_steps: torch.Tensor,
+    request_steps: torch.Tensor,
     row_tokens: torch.Tensor,
     timings: dict[str, float],
 ) -> list[Decision]:
-    """Each request's Decision from its rows: forwards (the most any of its rows took part in)
+    """Each request's Decision from its rows: forwards (those any of its rows took part in)
     and the slot tokens they decided."""
     out: list[Decision] = []
     for r, req in enumerate(requests):
         mine = [b for b, row in enumerate(rows) if row.request == r]
-        steps = int(row_steps[mine].max())
+        steps = int(request_steps[r])
         tokens = int(row_tokens[mine].sum())
         out.append(
             Decision(

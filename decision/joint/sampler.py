@@ -8,6 +8,8 @@ it mutates the ``BlockState`` and reports what it did. The loop that calls the m
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -156,6 +158,31 @@ class ThresholdSamplerConfig:
     min_tokens: int = 1
     min_scope: Literal["row", "slot"] = "row"
     commit: Literal["token", "answer"] = "answer"
+
+    def __post_init__(self) -> None:
+        # refused here, not at the first step: ``min_tokens=0`` with nothing above the
+        # threshold fixes nothing, and the decode loop would run forever; a NaN threshold or an
+        # unknown ``min_scope``/``commit`` would silently decode under another policy
+        check_threshold(self.threshold, "ThresholdSamplerConfig.threshold")
+        if (isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, numbers.Integral)
+                or self.min_tokens < 1):
+            raise ValueError("ThresholdSamplerConfig.min_tokens must be an integer >= 1, got "
+                             f"{self.min_tokens!r}")
+        check_choice(self.min_scope, ("row", "slot"), "ThresholdSamplerConfig.min_scope")
+        check_choice(self.commit, ("token", "answer"), "ThresholdSamplerConfig.commit")
+
+
+def check_threshold(value: object, name: str) -> None:
+    """``value`` is a real number in (0, 1] (a confidence threshold), or ValueError."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or not 0.0 < value <= 1.0):
+        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
+
+
+def check_choice(value: object, allowed: tuple[str, ...], name: str) -> None:
+    """``value`` is one of ``allowed``, or ValueError."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
 
 
 class ConstrainedThresholdSampler:

@@ -53,10 +53,13 @@ class SlotOptions:
 @dataclass(frozen=True)
 class ScoredOptions:
     """Per slot, the option probabilities (mixture over ``orders``); per batch row, the
-    batched forwards (token levels) it took part in."""
+    batched forwards (token levels) it took part in; and per level, which rows took part
+    (``level_rows`` ``[levels, B]`` bool: rows of one request may take part in different
+    levels, so a request's forwards are the levels any of its rows took part in)."""
 
     probabilities: list[torch.Tensor]
     row_forwards: torch.Tensor
+    level_rows: torch.Tensor
 
 
 # An explicit order names slot positions: "positions:2,3,0,1" scores position 2 first, then 3, 0
@@ -139,13 +142,13 @@ def score_options(
         raise ValueError("at least one scoring order is needed")
     perms = [[order_positions(order, slot.length) for order in orders] for slot in slots]
     logp = [torch.zeros(len(orders), len(slot.sequences), dtype=torch.float64) for slot in slots]
-    row_forwards = torch.zeros(blocks.shape[0], dtype=torch.long)
     depth = max((slot.length for slot in slots), default=0)
+    level_rows = torch.zeros(depth, blocks.shape[0], dtype=torch.bool)
     for level in range(depth):
         queries = _queries(slots, perms, level)
         # one batched forward per level, however many calls ``max_rows`` splits it into: a
         # row's count depends on its own slots only, not on the batch it shares
-        row_forwards[sorted({slots[q.slot].row for q in queries})] += 1
+        level_rows[level, sorted({slots[q.slot].row for q in queries})] = True
         for begin in range(0, len(queries), max_rows):
             part = queries[begin : begin + max_rows]
             rows = torch.tensor([slots[q.slot].row for q in part], dtype=torch.long)
@@ -165,7 +168,7 @@ def score_options(
                 for m in q.members:
                     logp[q.slot][q.order, m] += by_token[sequences[m][here]]
     probabilities = [lp.exp().mean(0).float() for lp in logp]
-    return ScoredOptions(probabilities, row_forwards)
+    return ScoredOptions(probabilities, level_rows.sum(0), level_rows)
 
 
 def naive_score_options(
