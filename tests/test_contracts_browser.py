@@ -221,6 +221,50 @@ def test_rules_not_checked_are_never_reported_kept(server: str, browser: Any) ->
     warnings = page.inner_text("#warnings")
     assert "No rule broken" not in warnings
     assert warnings.count("The rules could not be checked: boom") == 2
+
+    # No answer at all from /check: the answers are still shown, with why the rules are not.
+    page.unroute("**/api/contracts/check")
+    page.route("**/api/contracts/check", lambda route: route.abort("failed"))
+    _run_and_wait(page)
+    assert page.evaluate("window.demo.error") is None, page.evaluate("window.demo.error")
+    assert page.locator(".cell.joint .value").count() == 8
+    for mode in ("joint", "standalone"):
+        assert page.inner_text(f".mode-card.{mode} .rules-line") == "rules not checked"
+    assert page.inner_text("#warnings").count(
+        "The rules could not be checked: cannot reach the service") == 2
+    assert not errors, errors
+    page.close()
+
+
+def test_an_added_question_never_takes_an_id_in_use(server: str, browser: Any) -> None:
+    """A new question's default id is the first free q1, q2, ...: after q1 q2 q3 lose q1, the
+    next is q1, not a second q3 that the service refuses as a duplicate."""
+    page, errors = _open(browser, server, 1280, 900)
+    page.select_option("#preset", "")
+    while page.locator(".question").count():
+        page.locator(".question .remove").first.click()
+    for _ in range(3):
+        page.click("#add-question")
+    page.locator(".question").nth(0).locator(".remove").click()
+    page.click("#add-question")
+    page.click("#add-question")
+    ids = [page.locator(".q-id").nth(i).input_value() for i in range(4)]
+    assert ids == ["q2", "q3", "q1", "q4"], ids
+
+    # Removed from the keyboard, a question hands the focus to the one taking its place (the
+    # last one to the one before it; none left: "Add a question"), not to the page's top.
+    active = ("(() => { const a = document.activeElement; const q = a.closest('.question');"
+              " return q ? `${a.className} ${q.querySelector('.q-id').value}` : a.id; })()")
+    page.locator(".question").nth(1).locator(".remove").focus()
+    page.keyboard.press("Enter")
+    assert page.evaluate(active) == "remove q1"
+    page.locator(".question").nth(2).locator(".remove").focus()
+    page.keyboard.press("Enter")
+    assert page.evaluate(active) == "remove q1"
+    page.keyboard.press("Enter")
+    page.keyboard.press("Enter")
+    assert page.locator(".question").count() == 0
+    assert page.evaluate(active) == "add-question"
     assert not errors, errors
     page.close()
 
@@ -253,5 +297,102 @@ def test_presets_or_examples_that_fail_to_load_are_reported(server: str, browser
                              "503)"), banner
     assert "question sets" not in banner
     assert page.locator("#preset option").count() > 1  # the presets loaded this time
+
+    # The presets fail and the examples load: the first example comes with its own questions
+    # (no rules to check), not with an empty question list.
+    page.unroute("**/api/contracts/examples")
+    page.route("**/api/contracts/presets", lambda route: route.fulfill(status=503, body=""))
+    page.reload()
+    page.wait_for_function("window.demo && window.demo.ready", timeout=30_000)
+    assert page.inner_text("#error-general").startswith("Could not load the question sets")
+    assert "RESIDENTIAL LEASE" in page.input_value("#document")
+    ids = page.locator(".q-id").evaluate_all("nodes => nodes.map((n) => n.value)")
+    assert ids == ["required", "given", "timely", "deposit", "renews", "late", "threshold",
+                   "terminate"], ids
+    page.select_option("#example", "nda-1")
+    assert page.locator(".q-id").first.input_value() == "return_deadline"
     assert not errors, errors
     page.close()
+
+
+def test_a_preset_or_example_picked_during_a_run_does_not_change_its_results(
+        server: str, browser: Any) -> None:
+    """The rules checked and the example's answers shown are those of the request as sent: the
+    user picking another example (and with it another preset) while the modes run must not check
+    the lease answers against the NDA's rules ("none of 6 rules checked") or drop the marks."""
+    page, errors = _open(browser, server, 1280, 900)
+    consistent = {"required": 10, "given": 9, "timely": "no", "deposit": "yes", "renews": "no",
+                  "late": 0, "threshold": 3, "terminate": "no"}
+    checked: list[str] = []
+    page.on("request", lambda r: checked.append(json.loads(r.post_data)["preset"])
+            if r.url.endswith("/api/contracts/check") else None)
+
+    def answer(route: Any) -> None:
+        request = json.loads(route.request.post_data)
+        if request["mode"] == "joint":  # the user picks another example while this one runs
+            page.select_option("#example", "nda-1")
+        answers = {q["id"]: consistent.get(q["id"], True) for q in request["questions"]}
+        route.fulfill(status=200, content_type="application/json",
+                      body=json.dumps(_decided(answers, request["mode"])))
+
+    page.route("**/decide", answer)
+    _run_and_wait(page)
+    assert page.input_value("#preset") == "nda"  # the pick itself took effect
+    assert page.evaluate("window.demo.results.preset") == "lease"
+    assert checked == ["lease", "lease"]
+    for mode in ("joint", "standalone"):
+        line = page.inner_text(f".mode-card.{mode} .rules-line")
+        assert line == "all 7 rules kept", line
+    assert page.locator(".expected").count() == 8  # lease 1's answers from its text
+    assert page.locator('.arow[data-question="timely"] .qid').inner_text() == "timely"
+    assert not errors, errors
+    page.close()
+
+
+def test_a_number_box_the_browser_cannot_read_is_marked_not_dropped(server: str, browser: Any
+                                                                     ) -> None:
+    """A number box holding what is not a number ("0.5e") has the value "" in the DOM: the page
+    marks it instead of sending the request without it (the default threshold, no minimum), and
+    does not say the service refused what was never sent."""
+    page, errors = _open(browser, server, 1280, 900)
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if r.url.endswith("/decide") else None)
+    page.click("details.options summary")
+    page.fill("#threshold", "")
+    page.locator("#threshold").press_sequentially("0.5e")
+    _run_and_wait(page)
+    assert page.evaluate("window.demo.error.field") == "options.threshold"
+    note = page.locator('[data-field="options.threshold"] .field-error')
+    assert note.is_visible() and "not a number" in note.inner_text()
+    assert page.inner_text("#status") == "The request was not sent: see the marked field."
+
+    page.fill("#threshold", "0.9")
+    question = page.locator(".question").nth(0)  # "required", an integer 0-90
+    question.locator(".q-summary").click()
+    question.locator(".q-min").fill("")
+    question.locator(".q-min").press_sequentially("5e")
+    _run_and_wait(page)
+    assert page.evaluate("window.demo.error.field") == "questions.0.answer.minimum"
+    note = page.locator('[data-field="questions.0.answer.minimum"] .field-error')
+    assert note.is_visible() and "not a number" in note.inner_text()
+    assert page.locator(".field-error").count() == 1  # the threshold's note was cleared
+    assert sent == []  # nothing reached POST /decide
+    assert not errors, errors
+    page.close()
+
+
+def test_the_page_loads_without_console_errors(server: str, browser: Any) -> None:
+    """Opening the page logs no console error (the browser's request for /favicon.ico was a 404
+    on every load). A browser of its own: Chromium remembers a failed favicon while it runs, so
+    a page opened before this one would hide it."""
+    fresh = browser.browser_type.launch(
+        executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu",
+                                        "--disable-background-networking", "--no-first-run"])
+    page = fresh.new_page(viewport={"width": 1280, "height": 900})
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: console.append(str(e)))
+    page.goto(f"{server}/contracts/", wait_until="networkidle")
+    page.wait_for_function("window.demo && window.demo.ready", timeout=30_000)
+    fresh.close()
+    assert console == []

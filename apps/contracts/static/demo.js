@@ -80,11 +80,20 @@ function showTypeFields(node) {
   });
 }
 
+// The id of a new question: the first of q1, q2, ... that no question has (the count plus one
+// is taken after a removal: q1 q2 q3, remove q1, add -> a second q3, refused as a duplicate).
+function freeId() {
+  const taken = new Set(questionNodes().map((node) => node.querySelector(".q-id").value.trim()));
+  let n = 1;
+  while (taken.has(`q${n}`)) n += 1;
+  return `q${n}`;
+}
+
 function addQuestion(question) {
   const fragment = $("question-template").content.cloneNode(true);
   const node = fragment.querySelector(".question");
   const answer = (question && question.answer) || { type: "boolean" };
-  node.querySelector(".q-id").value = question ? question.id : `q${questionNodes().length + 1}`;
+  node.querySelector(".q-id").value = question ? question.id : freeId();
   node.querySelector(".q-text").value = question ? question.text : "";
   node.querySelector(".q-type").value = ANSWER_TYPES.includes(answer.type) ? answer.type : "boolean";
   node.querySelector(".q-options").value = (answer.options || ["yes", "no", "not stated"]).join(", ");
@@ -99,8 +108,14 @@ function addQuestion(question) {
   });
   node.addEventListener("input", () => summarize(node));
   node.querySelector(".remove").addEventListener("click", () => {
+    // Keyboard users keep their place: focus moves to the question that takes this one's place
+    // (or the one before it, or "Add a question"), not to the top of the page.
+    const nodes = questionNodes();
+    const at = nodes.indexOf(node);
+    const next = nodes[at + 1] || nodes[at - 1];
     node.remove();
     renumber();
+    (next ? next.querySelector(".remove") : $("add-question")).focus();
   });
   node.querySelector(".q-details").open = !question;  // a new, empty question opens to edit
   showTypeFields(node);
@@ -114,20 +129,29 @@ function setQuestions(questions) {
   questions.forEach((q) => addQuestion(q));
 }
 
-// The answer schema of one editor row; a JSON schema that does not parse is reported at once.
+// A number box's value: undefined when empty. What the browser cannot read as a number ("0.5e",
+// "-") also reads as an empty value; it is reported at its field, never sent as "not set".
+function readNumber(input, field) {
+  if (input.validity && input.validity.badInput) {
+    throw { field, message: "this is not a number" };
+  }
+  const raw = input.value.trim();
+  return raw === "" ? undefined : Number(raw);
+}
+
+// The answer schema of one editor row; a JSON schema that does not parse, or a number box that
+// does not hold a number, is reported at once.
 function readAnswer(node, index) {
   const type = node.querySelector(".q-type").value;
   const answer = { type };
-  const number = (selector) => {
-    const raw = node.querySelector(selector).value.trim();
-    return raw === "" ? undefined : Number(raw);
-  };
+  const number = (selector, key) => readNumber(node.querySelector(selector),
+                                               `questions.${index}.answer.${key}`);
   if (type === "choice") {
     answer.options = node.querySelector(".q-options").value.split(",").map((o) => o.trim())
       .filter((o) => o !== "");
   } else if (type === "integer") {
-    const min = number(".q-min");
-    const max = number(".q-max");
+    const min = number(".q-min", "minimum");
+    const max = number(".q-max", "maximum");
     if (min !== undefined) answer.minimum = min;
     if (max !== undefined) answer.maximum = max;
   } else if (type === "pattern") {
@@ -142,7 +166,7 @@ function readAnswer(node, index) {
     }
   }
   if (["number", "pattern", "json"].includes(type)) {
-    const tokens = number(".q-tokens");
+    const tokens = number(".q-tokens", "max_tokens");
     if (tokens !== undefined) answer.max_tokens = tokens;
   }
   return answer;
@@ -155,10 +179,10 @@ function readRequest() {
     answer: readAnswer(node, index),
   }));
   const options = { return_probabilities: true };
-  const threshold = $("threshold").value.trim();
-  const maxSteps = $("max-steps").value.trim();
-  if (threshold !== "") options.threshold = Number(threshold);
-  if (maxSteps !== "") options.max_steps = Number(maxSteps);
+  const threshold = readNumber($("threshold"), "options.threshold");
+  const maxSteps = readNumber($("max-steps"), "options.max_steps");
+  if (threshold !== undefined) options.threshold = threshold;
+  if (maxSteps !== undefined) options.max_steps = maxSteps;
   return { document: $("document").value, questions, options };
 }
 
@@ -221,7 +245,10 @@ function showError(error) {
     const input = target.querySelector("input, textarea, select");
     target.scrollIntoView({ block: "center", behavior: "instant" });
     if (input) input.focus({ preventScroll: true });
-    setStatus("The service refused the request: see the marked field.");
+    // The service's errors have a type; the page's own checks (readRequest) have none and
+    // never reached the service.
+    setStatus(error.type ? "The service refused the request: see the marked field."
+      : "The request was not sent: see the marked field.");
   } else {
     const banner = $("error-general");
     banner.textContent = error.field ? `${error.field}: ${message}` : message;
@@ -272,6 +299,10 @@ async function run(event) {
     showError(error);
     return;
   }
+  // The preset whose rules are checked and the example whose answers are shown are read now,
+  // with the request: the user may pick another while the two modes run.
+  const preset = currentPreset();
+  const expected = expectedFor(request);
   demo.busy = true;
   $("run").disabled = true;
   $("results").classList.add("stale");  // until this run's answers replace them
@@ -291,25 +322,29 @@ async function run(event) {
       }
       results[mode] = { ...reply.data, client_ms: performance.now() - started };
     }
-    const preset = currentPreset();
     for (const mode of MODES) {
       results[mode].checks = [];
       if (!preset) continue;
       const answers = {};
       for (const a of results[mode].answers) answers[a.id] = a.value;
-      const reply = await getJson("/api/contracts/check", {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ preset: preset.id, answers }),
-      });
+      let reply;
+      try {
+        reply = await getJson("/api/contracts/check", {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({ preset: preset.id, answers }),
+        });
+      } catch (exc) {  // the answers are in: show them, and say why the rules are not
+        reply = { ok: false, data: { error: {
+          message: `cannot reach the service (${exc.message || exc})` } } };
+      }
       if (reply.ok) {
         results[mode].checks = reply.data.checks;
       } else {  // say so: an empty list would read as "no rule broken"
         results[mode].checkError = replyError(reply).message;
       }
     }
-    demo.results = { request, preset: preset ? preset.id : null, modes: results,
-                     expected: expectedFor(request) };
+    demo.results = { request, preset: preset ? preset.id : null, modes: results, expected };
     render(demo.results);
     setStatus("Done.");
   } catch (exc) {
@@ -512,6 +547,8 @@ function selectExample(id) {
   }
   $("document").value = example.document;
   selectPreset(example.preset);
+  // The presets did not load (the banner says so): the example carries its questions itself.
+  if (!currentPreset()) setQuestions(example.questions);
 }
 
 // One set-up request: its JSON, or why it failed (the service's message, its HTTP status, or no
