@@ -114,13 +114,6 @@ def run_eval(
     score_options: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """Evaluate and return (JSON-ready result, Markdown report); write both when ``out_dir``."""
-    import torch
-
-    from apps.contracts.generator import generate_groups
-    from apps.contracts.splits import split_of
-    from decision.metrics import strict_json, summarize
-    from decision.model import load_model
-
     if groups < 1:
         raise DecisionInputError("--groups must be >= 1", "groups")
     if seed_start < 0:  # before the model loads, as every other argument
@@ -132,12 +125,37 @@ def run_eval(
     if commit not in COMMITS:
         raise DecisionInputError(f"--commit must be one of {COMMITS}", "commit")
     out = Path(out_dir) if out_dir else None
+    made: list[Path] = []  # the folders made for --out, removed again if the run fails
     if out is not None:  # before the evaluation, not after it (its results lost)
+        made = [p for p in (out, *out.parents) if not p.exists()]
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise DecisionInputError(f"--out {out_dir}: cannot make the folder: {exc}",
                                      "out") from None
+    try:
+        return _evaluate(model_dir, seed_start, groups, level, batch_size, out, n_boot,
+                         min_scope, commit, score_options)
+    except BaseException:
+        for folder in made:  # innermost first; a folder something else wrote into stays
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _evaluate(model_dir: str | None, seed_start: int, groups: int, level: int,
+              batch_size: int, out: Path | None, n_boot: int, min_scope: str, commit: str,
+              score_options: bool) -> tuple[dict[str, Any], str]:
+    """:func:`run_eval` once its arguments are checked and ``out`` (when given) exists."""
+    import torch
+
+    from apps.contracts.generator import generate_groups
+    from apps.contracts.splits import split_of
+    from decision.metrics import strict_json, summarize
+    from decision.model import load_model
+
     splits = {split_of(s) for s in (seed_start, seed_start + groups - 1)}
     if "train" in splits:
         print("warning: these seeds are TRAIN seeds; use TEST seeds (from 20000000) for "

@@ -179,3 +179,18 @@ def test_one_group_writes_strict_json_and_a_negative_seed_is_refused_before_load
     monkeypatch.setattr(decision.model, "load_model", no_load)
     assert main(["--seed-start", "-5", "--groups", "2", "--model", str(tiny_dir)]) == 2
     assert capsys.readouterr().err == "error: --seed-start must be >= 0, got -5\n"
+
+
+def test_a_failed_evaluation_leaves_no_empty_out_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--out's folders were made before the evaluation and left behind, empty, when it failed
+    (here: a model folder with no checkpoint); a folder that already existed stays."""
+    out = tmp_path / "new" / "deeper"
+    assert main(["--seed-start", "20000000", "--groups", "1", "--model",
+                 str(tmp_path / "no-model"), "--out", str(out)]) != 0
+    capsys.readouterr()
+    assert not (tmp_path / "new").exists()
+    assert main(["--seed-start", "20000000", "--groups", "1", "--model",
+                 str(tmp_path / "no-model"), "--out", str(tmp_path)]) != 0
+    assert tmp_path.is_dir()
