@@ -550,3 +550,28 @@ def test_numpy_scalars_are_numbers(model) -> None:
     from decision.joint.sampler import ThresholdSamplerConfig
 
     assert ThresholdSamplerConfig(threshold=np.float32(0.5), min_tokens=np.int64(2)).min_tokens == 2
+
+
+def test_a_model_with_fewer_segments_takes_fewer_questions_a_pass() -> None:
+    """A checkpoint whose num_segments cannot number 8 questions failed inside the backbone
+    ("segment_ids must lie in [0, 3)") for a joint request of 3 questions, and auto mode packed
+    8 a pass; the engine now names the limit and auto mode packs what the model numbers."""
+    small = toy_model(num_segments=3)
+    questions = [{"id": f"q{i}", "text": f"Is rent due on day {i}?",
+                  "answer": {"type": "boolean"}} for i in range(3)]
+    with pytest.raises(DecisionInputError, match="at most 2 questions with this model") as err:
+        decide(small, DOC, questions, mode="joint")
+    assert err.value.field == "questions"
+    d = decide(small, DOC, questions, mode="auto")
+    assert [a.value in (True, False) for a in d.answers] == [True] * 3
+    assert decide(small, DOC, questions[:2], mode="joint").mode == "joint"
+    with pytest.raises(DecisionInputError, match="num_segments must be >= 2"):
+        decide(toy_model(num_segments=1), DOC, questions[:1], mode="standalone")
+
+
+def test_toy_model_leaves_the_callers_random_state() -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    toy_model(seed=5)
+    assert torch.equal(torch.rand(3), expected)

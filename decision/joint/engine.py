@@ -196,7 +196,7 @@ def decide_many(
     parsed = [
         r.parsed if isinstance(r, CheckedRequest) and r.model is model and r.config == config
         else _validate(r.request if isinstance(r, CheckedRequest) else r, ctx, config,
-                       f"requests.{i}." if prefix else "", _max_positions(model))
+                       f"requests.{i}." if prefix else "", _limits(model))
         for i, r in enumerate(requests)
     ]
     with torch.inference_mode():
@@ -214,7 +214,7 @@ def check_request(
     ``decide_many`` with the same model and config, is decoded without compiling again."""
     config = config or EngineConfig()
     ctx = _context(model)
-    parsed = _validate(request, ctx, config, "", _max_positions(model))
+    parsed = _validate(request, ctx, config, "", _limits(model))
     _rows(model, ctx, [parsed])
     return CheckedRequest(request, model, config, parsed)
 
@@ -237,8 +237,26 @@ def _max_positions(model: Any) -> int:
     return int(model.config.max_position_embeddings)
 
 
+@dataclass(frozen=True)
+class _Limits:
+    """What the model's config allows a request: positions, and questions in one pass (a pass
+    numbers its questions' segments 1..n after the document's 0, so n < ``num_segments``)."""
+
+    positions: int
+    pass_questions: int
+
+
+def _limits(model: Any) -> _Limits:
+    segments = int(getattr(model.config, "num_segments", MAX_QUESTIONS + 1))
+    if segments < 2:
+        raise DecisionInputError(
+            f"the model has {segments} segment(s): it cannot number a question after the "
+            "document (num_segments must be >= 2)", "model")
+    return _Limits(_max_positions(model), min(MAX_QUESTIONS, segments - 1))
+
+
 def _validate(
-    raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str, max_positions: int
+    raw: Any, ctx: TokenizerContext, config: EngineConfig, where: str, limits: _Limits
 ) -> _Request:
     if isinstance(raw, dict):
         try:
@@ -284,7 +302,7 @@ def _validate(
     if not is_unicode_text(document):
         raise DecisionInputError("document must be Unicode text (it holds a lone surrogate)",
                                  where + "document")
-    questions = _questions(raw.questions, mode, where)
+    questions = _questions(raw.questions, mode, where, limits.pass_questions)
     automata = [compile_question(q, ctx, f"{where}questions.{i}") for i, q in enumerate(questions)]
     score_options = bool(raw.score_options)
     # as text: a document or question spelling "[MASK]", "<a1>" or "<doc>" must not put the
@@ -304,18 +322,20 @@ def _validate(
         commit=commit,
         score_options=score_options,
         # the room after <doc> and the document (decision.joint.layout.build_layout)
-        passes=_plan(mode, automata, config, max_positions - 1 - len(document_ids),
-                     [len(q) for q in question_ids]),
+        passes=_plan(mode, automata, config, limits.positions - 1 - len(document_ids),
+                     [len(q) for q in question_ids], limits.pass_questions),
     )
 
 
-def _questions(raw: Any, mode: str, where: str) -> list[Question]:
+def _questions(raw: Any, mode: str, where: str, pass_questions: int) -> list[Question]:
     field = where + "questions"
     if not isinstance(raw, list | tuple) or not raw:
         raise DecisionInputError("questions must be a non-empty list", field)
-    if mode == "joint" and len(raw) > MAX_QUESTIONS:
+    if mode == "joint" and len(raw) > pass_questions:
+        limit = ("" if pass_questions == MAX_QUESTIONS
+                 else f" with this model (num_segments {pass_questions + 1})")
         raise DecisionInputError(
-            f"joint mode takes at most {MAX_QUESTIONS} questions, got {len(raw)}; "
+            f"joint mode takes at most {pass_questions} questions{limit}, got {len(raw)}; "
             "use mode='auto' to split them into several passes",
             field,
         )
@@ -353,12 +373,14 @@ def _questions(raw: Any, mode: str, where: str) -> list[Question]:
 def _plan(
     mode: str, automata: list[TokenAutomaton], config: EngineConfig, room: int,
     question_lengths: list[int],
+    pass_questions: int = MAX_QUESTIONS,
 ) -> list[tuple[str, list[int]]]:
     """Split a request's questions into joint and standalone passes.
 
     ``auto`` fills a joint pass while its slots fit ``max_block_tokens`` and its questions and
     slots fit ``room``, the model's positions left after the document (so a long document
-    with many questions takes more, smaller passes instead of being refused)."""
+    with many questions takes more, smaller passes instead of being refused), and it holds at
+    most ``pass_questions`` questions (the model's segments)."""
     indices = list(range(len(automata)))
     if mode == "joint":
         return [("joint", indices)]
@@ -373,7 +395,7 @@ def _plan(
             passes.append(("standalone", [i]))
             continue
         needs = size + question_lengths[i] + 1  # and the <qi> marker and the question
-        if group and (len(group) == MAX_QUESTIONS or used + size > config.max_block_tokens
+        if group and (len(group) == pass_questions or used + size > config.max_block_tokens
                       or positions + needs > room):
             passes.append(("joint", group))
             group, used, positions = [], 0, 0

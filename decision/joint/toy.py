@@ -45,11 +45,12 @@ def toy_model(
     hidden_size: int = 32,
     layers: int = 2,
     corpus_sentences: int = 300,
+    num_segments: int = 9,
 ) -> Any:
     """A random-weight model (GDN layers then one attention layer) with a toy tokenizer.
 
     Block-path parameters are randomised too, so the block path is exercised. For tests and
-    benchmarks only: it knows nothing.
+    benchmarks only: it knows nothing. The caller's torch random state is left as it was.
     """
     import torch
 
@@ -67,9 +68,10 @@ def toy_model(
         linear_num_key_heads=max(heads // 2, 1), linear_num_value_heads=heads,
         linear_key_head_dim=16, linear_value_head_dim=16, intermediate_size=2 * hidden_size,
         mask_token_id=sp.mask, pad_token_id=sp.pad, eos_token_id=sp.eos,
-        max_position_embeddings=max_positions,
+        max_position_embeddings=max_positions, num_segments=num_segments,
     )
-    torch.manual_seed(seed)
-    model = DecisionModel(config, tok).eval()
+    with torch.random.fork_rng(devices=[]):  # seeded here, not for the caller
+        torch.manual_seed(seed)
+        model = DecisionModel(config, tok).eval()
     randomize_block_params(model, torch.Generator().manual_seed(seed + 1))
     return model
