@@ -71,7 +71,11 @@ def test_squares_and_iccs() -> None:
     assert len({m, Move.from_iccs("h2e2")}) == 1
 
 
-@pytest.mark.parametrize("text", ["", "h2e", "j2e2", "h2e10", "a0a0", "h2 e2x", "e2-e"])
+@pytest.mark.parametrize(
+    "text",
+    # a hyphen only between the two squares ("h2-e2"): elsewhere the text is malformed
+    ["", "h2e", "j2e2", "h2e10", "a0a0", "h2 e2x", "e2-e", "h-2e2", "h2e2-", "--h2e2", "h2-e-2"],
+)
 def test_bad_move_text_raises(text: str) -> None:
     with pytest.raises(InvalidMove):
         Move.from_iccs(text)
@@ -82,6 +86,15 @@ def test_bad_square_raises() -> None:
         parse_square("j0")
     with pytest.raises(InvalidSquare):
         square(9, 0)
+    board = Board()
+    for bad in (-1, 90, "j0"):  # -1 once read as i9 (Python's negative index) in attackers()
+        with pytest.raises(InvalidSquare):
+            board.attackers(RED, bad)
+        with pytest.raises(InvalidSquare):
+            board.is_attacked_by(BLACK, bad)
+        with pytest.raises(InvalidSquare):
+            board.piece_at(bad)
+    assert board.attackers(RED, "a1") == board.attackers(RED, 9) == [parse_square("a0")]
 
 
 # --------------------------------------------------------------------------- perft
@@ -206,6 +219,13 @@ def test_stalemate_is_a_loss_for_the_side_to_move() -> None:
     assert board.is_stalemate() and not board.is_checkmate()
     assert board.outcome() == Outcome(Termination.STALEMATE, RED)
     assert board.result() == "1-0"
+    # reached by a move, and undone
+    board = Board("4k4/9/R8/9/9/9/9/9/9/3K1R3 w - - 0 1")
+    assert board.outcome() is None
+    board.push_iccs("a7a8")
+    assert not board.is_check() and board.outcome() == Outcome(Termination.STALEMATE, RED)
+    board.pop()
+    assert board.outcome() is None
 
 
 # Red's chariot checks on ranks 9 and 8 while Black's general steps e9-e8-e9; and the mirror.
@@ -222,6 +242,16 @@ def test_perpetual_check_loses(fen: str, cycle: list[str], winner: bool) -> None
     assert board.repetition_count() == 3
     assert board.outcome() == Outcome(Termination.REPETITION, winner)
     assert board.result() == ("1-0" if winner == RED else "0-1")
+
+
+def test_mutual_perpetual_check_is_a_draw() -> None:
+    # Every move checks: each rook or cannon move discovers a check while parrying one.
+    board = Board("5k3/4r4/9/9/4c4/4R4/9/R4C3/9/4K4 w - - 0 1")
+    for m in ["e4f4", "e5f5", "f4e4", "f5e5"] * 2:
+        assert board.outcome() is None
+        board.push_iccs(m)
+        assert board.is_check()
+    assert board.outcome() == Outcome(Termination.DRAW_REPETITION, None)
 
 
 def test_threefold_repetition_without_checks_is_a_draw() -> None:
@@ -365,6 +395,9 @@ def test_fen_reads_aliases_and_short_forms() -> None:
         ("3k5/9/9/9/9/9/9/9/9/4K4 w - - 0 " + "1" * 5000, "at most 9 digits"),
         ("3k5/9/9/9/9/9/9/9/9/4K4 w - - " + "9" * 4301 + " 1", "halfmove clock"),
         ("3k5/9/9/9/9/9/9/9/9/4K4 w - - 0 1234567890", "move number"),
+        # counters written where the two unused '-' belong were once silently read as "0 1"
+        ("3k5/9/9/9/9/9/9/9/9/4K4 w 5 10", "fields 3 and 4 .* must be '-'"),
+        ("3k5/9/9/9/9/9/9/9/9/4K4 w - x 0 1", "must be '-', got 'x'"),
     ],
 )
 def test_invalid_fen_raises(fen: str, why: str) -> None:

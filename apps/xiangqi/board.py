@@ -31,6 +31,14 @@ for _fr in range(90):
 NO_CAPTURE_LIMIT = 120  # plies without a capture before the game is drawn
 
 
+def _square_index(square: int | str) -> int:
+    """A square index 0-89 from an index or a name; raises InvalidSquare otherwise."""
+    sq = parse_square(square) if isinstance(square, str) else square
+    if not 0 <= sq < 90:
+        parse_square(str(square))  # raises InvalidSquare with the usual message
+    return sq
+
+
 def _move(fr: int, to: int) -> Move:
     m = _MOVES[fr * 90 + to]
     assert m is not None
@@ -115,10 +123,7 @@ class Board:
 
     def piece_at(self, square: int | str) -> Piece | None:
         """The piece on a square (index 0-89 or name like ``e0``), or ``None``."""
-        sq = parse_square(square) if isinstance(square, str) else square
-        if not 0 <= sq < 90:
-            parse_square(str(square))  # raises InvalidSquare with the usual message
-        code = self._board[sq]
+        code = self._board[_square_index(square)]
         return Piece.from_code(code) if code else None
 
     def king(self, color: Color) -> int:
@@ -133,7 +138,7 @@ class Board:
         """Squares of the ``color`` pieces that could capture on ``square`` by their movement
         rules (pseudo-legal: the safety of their own general is ignored), whatever stands on
         ``square`` now; as python-chess's ``Board.attackers``."""
-        sq = parse_square(square) if isinstance(square, str) else square
+        sq = _square_index(square)  # -1 would silently stand for i9
         b = self._board.copy()  # the board itself stays untouched (other readers may hold it)
         b[sq] = -SOLDIER if color else SOLDIER  # any enemy piece: only occupancy matters
         return [fr for fr, to in movegen.pseudo_moves(b, color) if to == sq]

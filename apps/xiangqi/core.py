@@ -147,7 +147,9 @@ class Move:
         """Parse ICCS: ``h2e2`` (``H2-E2`` is accepted too)."""
         if not isinstance(text, str):
             raise InvalidMove(f"a move must be a string like 'h2e2', got {type(text).__name__}")
-        t = text.strip().lower().replace("-", "")
+        t = text.strip().lower()
+        if len(t) == 5 and t[2] == "-":  # only between the squares: "h2-e2", not "h-2e2"
+            t = t[:2] + t[3:]
         if len(t) != 4 or t[:2] not in _SQUARE_INDEX or t[2:] not in _SQUARE_INDEX:
             raise InvalidMove(
                 f"{text!r} is not an ICCS move: expected from and to squares like 'h2e2' "

@@ -62,6 +62,13 @@ def parse_fen(fen: str, strict: bool = True) -> FenFields:
     side = parts[1]
     if side not in ("w", "b"):
         raise InvalidFen(f"side to move must be 'w' (Red) or 'b' (Black), got {side!r}")
+    for unused in parts[2:4]:
+        if unused != "-":
+            # e.g. "w 5 10": the counters written in the unused fields would be silently lost
+            raise InvalidFen(
+                f"fields 3 and 4 (after the side to move) must be '-', got {unused[:20]!r}: "
+                "the counters come after them ('w - - 0 1')"
+            )
     halfmove = _parse_counter(parts[4], "halfmove clock", 0) if len(parts) > 4 else 0
     fullmove = _parse_counter(parts[5], "move number", 1) if len(parts) > 5 else 1
     _validate_pieces(board, strict)
