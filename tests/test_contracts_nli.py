@@ -72,6 +72,17 @@ def test_bad_input_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixt
         load_groups(_fixture(tmp_path), per_group=9)
     assert main([str(bad), "--out", str(tmp_path / "x.csv")]) == 2
     assert "not a ContractNLI JSON file" in capsys.readouterr().err
+    # labels as a list was a TypeError traceback; a label without its hypothesis was blamed on
+    # the first document that annotates it
+    for data, message in (({"documents": [], "labels": [{"hypothesis": "H."}]},
+                           "'labels' is not an object"),
+                          ({"documents": {"7": {}}, "labels": {}}, "'documents' is not a list"),
+                          ({"documents": [], "labels": {"nda-1": "H."}},
+                           "label 'nda-1' has no hypothesis text")):
+        bad.write_text(json.dumps(data))
+        assert main([str(bad), "--out", str(tmp_path / "x.csv")]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
 
 
 @pytest.mark.skipif(not DEV.is_file(), reason=f"{DEV} not found (clone shared/ beside the repo)")
@@ -123,3 +134,32 @@ def test_unannotated_pairs_are_counted_and_an_unwritable_out_is_one_line(
     (tmp_path / "a-folder.csv").mkdir()  # was an IsADirectoryError traceback
     assert main([str(path), "--out", str(tmp_path / "a-folder.csv")]) == 2
     assert "error: cannot write" in capsys.readouterr().err
+
+
+def test_a_repeated_or_path_like_document_id_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each agreement is written once as docs/ID.txt: a repeated id wrote only the first text
+    (the second agreement's questions then pointed at it, in groups of the same name, and the CSV
+    did not read back), and an id with a path in it wrote outside docs/."""
+    labels = {"nda-1": {"hypothesis": "H1."}}
+
+    def document(doc_id: object, text: str) -> dict:
+        return {"id": doc_id, "text": text, "annotation_sets": [{"annotations": {
+            "nda-1": {"choice": "Entailment", "spans": []}}}]}
+
+    cases = {
+        "repeated": ([document(7, "First."), document(7, "Second.")], 1,
+                     "the id repeats that of documents\\[0\\]"),
+        "path": ([document("../escaped", "Outside.")], 0, "not a plain file name"),
+    }
+    for name, (documents, index, message) in cases.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"documents": documents, "labels": labels}))
+        with pytest.raises(DecisionInputError, match=message) as info:
+            load_groups(path)
+        assert info.value.field == f"documents[{index}] (id {documents[index]['id']})"
+        out = tmp_path / name / "x.csv"
+        assert main([str(path), "--out", str(out)]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+        assert not (tmp_path / name / "escaped.txt").exists() and not out.exists()

@@ -86,6 +86,16 @@ def read_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not {"labels", "documents"} <= set(data):
         raise DecisionInputError(f"{path}: not a ContractNLI JSON file (no 'documents' and "
                                  "'labels')", "input")
+    labels, documents = data["labels"], data["documents"]
+    if not isinstance(documents, list):
+        raise DecisionInputError(f"{path}: not a ContractNLI JSON file ('documents' is not a "
+                                 "list)", "input")
+    if not isinstance(labels, dict):
+        raise DecisionInputError(f"{path}: not a ContractNLI JSON file ('labels' is not an "
+                                 "object)", "input")
+    for key, label in labels.items():
+        if not isinstance(label, dict) or not isinstance(label.get("hypothesis"), str):
+            raise DecisionInputError(f"{path}: label {key!r} has no hypothesis text", "input")
     return data
 
 
@@ -96,11 +106,26 @@ def groups_from(data: dict[str, Any], per_group: int = MAX_QUESTIONS) -> list[Nl
     labels, documents = data["labels"], data["documents"]
     order = sorted(labels, key=lambda key: int(re.sub(r"\D", "", key) or 0))
     groups: list[NliGroup] = []
+    first_of: dict[str, int] = {}  # document id -> index of the document that has it
     for index, doc in enumerate(documents):
-        for i, chunk in enumerate(_chunks(_document_questions(doc, index, labels, order),
-                                          per_group)):
-            groups.append(NliGroup(f"{doc['id']}-{i + 1}", str(doc["id"]), doc["text"], chunk))
+        questions = _document_questions(doc, index, labels, order)
+        document_id, where = str(doc["id"]), f"documents[{index}] (id {doc['id']})"
+        # The id names the agreement's file (docs/ID.txt) and its groups (ID-1, ID-2...): a
+        # repeated id wrote only the first agreement's text and two groups of one name, and an id
+        # with a path in it wrote outside docs/.
+        if not _SAFE_ID.fullmatch(document_id):
+            raise DecisionInputError(f"{where}: the id is not a plain file name (letters, digits, "
+                                     "'.', '_', '-')", where)
+        if document_id in first_of:
+            raise DecisionInputError(f"{where}: the id repeats that of "
+                                     f"documents[{first_of[document_id]}]", where)
+        first_of[document_id] = index
+        for i, chunk in enumerate(_chunks(questions, per_group)):
+            groups.append(NliGroup(f"{document_id}-{i + 1}", document_id, doc["text"], chunk))
     return groups
+
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def _document_questions(doc: Any, index: int, labels: dict[str, Any],
