@@ -218,6 +218,27 @@ def test_full_match_semantics_not_leftmost_first(ctx) -> None:
         assert _accepts(automaton, ids + [eos] * 4), text
 
 
+def test_a_verbose_regex_may_end_in_a_comment(ctx) -> None:
+    """outlines-core could not build "(?x)[0-9]+ # digits" (a (?x) comment running to the end of
+    the regex; refused as "error building NFA"); a newline after it was fine."""
+    eos = ctx.special.eos
+    for regex in ("(?x)[0-9]+ # digits", "(?ix) [0-9]{2} # two\n# digits"):
+        automaton = compile_answer(PatternAnswer(regex=regex, max_tokens=4), ctx)
+        ids = [ctx.by_bytes[bytes([b])][0] for b in b"42"]
+        assert _accepts(automaton, ids + [eos] * 2), regex
+        assert not _accepts(automaton, ids[:1] + [ctx.by_bytes[b"#"][0]] + [eos] * 2), regex
+    assert PatternAnswer(regex="(?i-x)a #").regex() == "(?i-x)a #"  # verbose mode off: as is
+
+
+def test_rust_classes_raise_no_python_warning(ctx) -> None:
+    # Python's parser, only screening the regex, warned "Possible nested set" into the log
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compile_answer(PatternAnswer(regex="[[:digit:]]{2}", max_tokens=4), ctx)
+
+
 def test_budget_too_small_fails_fast(ctx) -> None:
     with pytest.raises(SchemaError) as err:
         compile_answer(PatternAnswer(regex="[0-9]{6}", max_tokens=3), ctx, "q")

@@ -163,6 +163,10 @@ class PatternAnswer(_Answer):
     max_tokens: int = Field(default=16, ge=1, le=MAX_SLOT_TOKENS, strict=True)
 
     def regex(self) -> str:
+        # outlines-core cannot build a verbose-mode regex that ends inside a ``#`` comment
+        # ("(?x)[a-z]+ # letters"); a newline ends the comment, and verbose mode ignores it
+        if _GLOBAL_VERBOSE.match(self.pattern) and not self.pattern.endswith("\\"):
+            return self.pattern + "\n"
         return self.pattern
 
     def budget(self, count_tokens: Any) -> int:
@@ -170,6 +174,10 @@ class PatternAnswer(_Answer):
 
     def parse(self, text: str) -> str:
         return text
+
+
+# inline flags at the start that turn verbose mode on: (?x), (?ix), (?x-i)
+_GLOBAL_VERBOSE = re.compile(r"\(\?[a-zA-Z]*x[a-zA-Z]*(?:-[a-zA-Z]*)?\)")
 
 
 class JsonAnswer(_Answer):
