@@ -33,10 +33,12 @@ question type and the decoding mode (``"joint"`` or ``"standalone"``). Definitio
   (groups).
 - **Paired hits** (two players on the same items, e.g. Xiangqi positions): B's hit rate minus
   A's, with the normal (Wald) interval for paired proportions built on the discordant items
-  ``se = sqrt(b + c - (b - c)^2 / n) / n``; with fewer than 20 discordant items, Newcombe's
-  method 10 (Newcombe 1998, "Improved confidence intervals for the difference between binomial
-  proportions based on paired data", Stat. Med. 17: 2635-2650): the two Wilson intervals
-  combined with the continuity-corrected phi correlation of the pairs, never of zero width.
+  ``se = sqrt(b + c - (b - c)^2 / n) / n``; with fewer than 20 discordant items, or where that
+  interval would have zero width or leave [-1, 1] (B - A near +-1: every item, or all but a few,
+  discordant one way), Newcombe's method 10 (Newcombe 1998, "Improved confidence intervals for
+  the difference between binomial proportions based on paired data", Stat. Med. 17: 2635-2650):
+  the two Wilson intervals combined with the continuity-corrected phi correlation of the pairs,
+  never of zero width.
 - **Majority baseline** per question type: the share of its questions whose gold equals the most
   frequent gold of that type (needs ``gold`` on the records).
 """
@@ -305,22 +307,22 @@ def paired_hits_difference(a: Sequence[bool], b: Sequence[bool], z: float = Z95)
     """B's hit rate minus A's on the same items, with the normal interval for paired proportions
     (only discordant items carry information): se = sqrt(b + c - (b - c)^2 / n) / n, with b and c
     the items only B and only A got right; with fewer than ``SPARSE_PAIRS`` discordant items
-    (where that interval undercovers and, with none, has zero width) Newcombe's method 10.
-    Empty input reports zero rates and a NaN interval."""
+    (where that interval undercovers and, with none, has zero width), or where it would have zero
+    width or leave [-1, 1] (every item, or nearly every one, discordant the same way), Newcombe's
+    method 10. Empty input reports zero rates and a NaN interval."""
     if len(a) != len(b):
         raise DecisionInputError(f"paired hits need the same items, got {len(a)} and {len(b)}",
                                  "hits")
-    if not a:
-        return PairedHits(0, 0.0, 0.0, 0.0, math.nan, math.nan, 0, 0)
     n = len(a)
+    if n == 0:
+        return PairedHits(0, 0.0, 0.0, 0.0, math.nan, math.nan, 0, 0)
     b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
     a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
     diff = (b_only - a_only) / n
-    if b_only + a_only < SPARSE_PAIRS:
+    se = math.sqrt(max(0.0, b_only + a_only - (b_only - a_only) ** 2 / n)) / n
+    low, high = diff - z * se, diff + z * se
+    if b_only + a_only < SPARSE_PAIRS or not -1.0 <= low < high <= 1.0:
         low, high = _newcombe10(a, b, z)
-    else:
-        se = math.sqrt(max(0.0, b_only + a_only - (b_only - a_only) ** 2 / n)) / n
-        low, high = diff - z * se, diff + z * se
     return PairedHits(n, sum(map(bool, a)) / n, sum(map(bool, b)) / n, diff,
                       low, high, b_only, a_only)
 

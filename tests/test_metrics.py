@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from decision.errors import DecisionInputError
@@ -295,3 +295,64 @@ def test_paired_hits_keep_the_wald_interval_with_20_discordant_items() -> None:
 def test_paired_hits_need_the_same_items() -> None:
     with pytest.raises(DecisionInputError, match="same items"):
         paired_hits_difference([True], [True, False])
+
+
+def _table(both: int, a_only: int, b_only: int, neither: int, times: int = 1
+           ) -> tuple[list[bool], list[bool]]:
+    """Hits of A and B on items with the given 2x2 counts (each repeated ``times``)."""
+    a = ([True] * both + [True] * a_only + [False] * b_only + [False] * neither) * times
+    b = ([True] * both + [False] * a_only + [True] * b_only + [False] * neither) * times
+    return a, b
+
+
+def test_paired_hits_near_plus_or_minus_one_stay_inside_and_keep_their_width() -> None:
+    # every one of 20 items right only for B: the Wald interval was [1, 1] (se = 0)
+    d = paired_hits_difference(*_table(0, 0, 20, 0))
+    assert d.difference == 1.0 and d.low < 1.0 and d.high == 1.0
+    assert (d.low, d.high) == pytest.approx(_newcombe10_by_hand(0, 0, 20, 0))
+    # 29 of 30 right only for A: the Wald interval's low end was -1.031
+    d = paired_hits_difference(*_table(1, 29, 0, 0))
+    assert -1.0 <= d.low < d.difference < d.high
+    assert (d.low, d.high) == pytest.approx(_newcombe10_by_hand(1, 29, 0, 0))
+    # 99 of 100 right only for B: Wald's high end was 1.0095
+    d = paired_hits_difference(*_table(0, 0, 99, 1))
+    assert d.low < d.difference < d.high <= 1.0
+
+
+_CELL = st.one_of(st.integers(0, 2), st.integers(0, 60))  # empty or tiny cells often
+
+
+@given(_CELL, _CELL, _CELL, _CELL)
+@example(0, 0, 20, 0)  # all discordant one way: the Wald interval was [1, 1]
+@example(1, 29, 0, 0)  # the Wald interval went below -1
+def test_paired_hits_tables_give_a_proper_interval_that_shrinks_with_n(
+        both: int, a_only: int, b_only: int, neither: int) -> None:
+    if both + a_only + b_only + neither == 0:
+        return
+    one = paired_hits_difference(*_table(both, a_only, b_only, neither))
+    assert -1.0 <= one.low <= one.difference <= one.high <= 1.0 and one.low < one.high
+    swapped = paired_hits_difference(*_table(both, b_only, a_only, neither))
+    assert (swapped.low, swapped.high) == pytest.approx((-one.high, -one.low))
+    two = paired_hits_difference(*_table(both, a_only, b_only, neither, times=2))
+    assert two.difference == pytest.approx(one.difference)
+    assert two.high - two.low <= one.high - one.low + 1e-12  # twice the items: no wider
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=4),
+                min_size=2, max_size=25), st.integers(0, 3))
+def test_paired_difference_flips_sign_when_joint_and_standalone_swap(
+        groups: list[list[tuple[bool, bool]]], seed: int) -> None:
+    def side(first: bool, mode: str) -> list[Record]:
+        return [Record(f"g{g:02d}", f"q{q}", pair[0] if first else pair[1], mode=mode)
+                for g, rows in enumerate(groups) for q, pair in enumerate(rows)]
+
+    ab = paired_difference(side(True, "joint"), side(False, "standalone"), n_boot=100, seed=seed)
+    ba = paired_difference(side(False, "joint"), side(True, "standalone"), n_boot=100, seed=seed)
+    for x, y in ((ab.question, ba.question), (ab.group, ba.group)):
+        assert x.value == pytest.approx(-y.value)
+        assert (x.low, x.high) == pytest.approx((-y.high, -y.low))
+        assert x.low <= x.value + 1e-12 and x.value <= x.high + 1e-12
+    assert ab.question_discordant == ba.question_discordant[::-1]
+    assert ab.group_discordant == ba.group_discordant[::-1]
+    assert (ab.question_method, ab.group_method) == (ba.question_method, ba.group_method)
