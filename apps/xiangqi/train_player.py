@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shutil
 import sys
@@ -58,12 +59,13 @@ from apps.xiangqi.training import (
 from decision.errors import DecisionInputError
 from decision.model.checkpoint import INDEX_NAME
 from decision.tokenizer import special_ids, train_tokenizer
-from decision.train.cli import exit_status, interrupted
+from decision.train.cli import check_flags, exit_status, interrupted
 from decision.train.config import (
     TrainConfig,
     build_section,
     check_device,
     config_from_dict,
+    read_config_file,
 )
 from decision.train.loop import (
     CHECKPOINT_DIR,
@@ -81,6 +83,17 @@ from decision.train.recipe import (
 )
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
+# ``train`` keys only the contract recipe reads (its row kinds, curriculum, extraction masking,
+# validation groups and tokenizer corpus): set here they changed nothing, without a word
+CONTRACT_KEYS = (
+    *(f"data.{key}" for key in (
+        "p_joint", "p_standalone", "p_document", "doc_block_min", "doc_block_max",
+        "level1_steps", "curriculum_ramp_steps", "level1_final_share", "max_level",
+        "p_extraction_visible", "extraction_rate_scale", "val_groups", "focus_qtypes",
+        "p_focus", "p_reshape_integer", "p_copy", "copy_hard", "p_compare", "p_focus_joint",
+        "p_days_between", "p_event_days")),
+    "tokenizer.corpus_groups", "tokenizer.seed",
+)
 MODEL_FILES = ("config.json", "tokenizer.json")
 # ``xiangqi`` keys that do not decide the training rows: validation, and the tokenizer (trained
 # only by a fresh run); a resume that changes any other says the rows change (resume_notes)
@@ -141,13 +154,7 @@ class XiangqiSection:
 
 def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
     """Read ``{"train": TrainConfig fields, "xiangqi": XiangqiSection fields}`` from JSON."""
-    p = Path(path)
-    if not p.is_file():
-        raise DecisionInputError(f"config file not found: {p}", "config")
-    try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DecisionInputError(f"cannot parse config {p}: {exc}", "config") from exc
+    raw = read_config_file(path)  # one line for a file that is unreadable, ... or repeats a key
     if not isinstance(raw, dict) or set(raw) - {"train", "xiangqi"}:
         raise DecisionInputError("config must be an object with 'train' and 'xiangqi'", "config")
     section = raw.get("xiangqi", {})
@@ -157,6 +164,14 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
         if unknown:
             raise DecisionInputError(f"unknown xiangqi keys {sorted(unknown)}", "xiangqi")
     xq = build_section(XiangqiSection, section, "xiangqi")
+    for f in dataclasses.fields(xq):  # JSON spells NaN and Infinity; an infinite weight failed
+        value = getattr(xq, f.name)  # only as the rows were drawn, after the tokenizer
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DecisionInputError(f"xiangqi.{f.name} must be a finite number, got {value}",
+                                     f"xiangqi.{f.name}")
+    if xq.aux not in ("", *AUX_KINDS):  # a typo was ignored while aux_share was 0
+        raise DecisionInputError(f"xiangqi.aux must be '' (none) or one of {AUX_KINDS}, got "
+                                 f"{xq.aux!r}", "xiangqi.aux")
     if min(xq.train_positions, xq.tokenizer_positions, xq.val_positions) < 1:
         raise DecisionInputError(
             "xiangqi.train_positions, tokenizer_positions and val_positions must be >= 1",
@@ -203,14 +218,26 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
             f"train.data.task is {task!r}: this driver trains 'xiangqi' (contracts: decision "
             "train)", "data.task",
         )
+    fresh = TrainConfig()
+    for key in CONTRACT_KEYS:
+        section, name = key.split(".")
+        if getattr(getattr(cfg, section), name) != getattr(getattr(fresh, section), name):
+            raise DecisionInputError(
+                f"train.{key} is a setting of the contract recipe (decision train): this driver "
+                "does not read it; leave it out", key)
     if xq.sound_depth and cfg.data.option_set_loss_weight <= 0:
         raise DecisionInputError("xiangqi.sound_depth needs data.option_set_loss_weight > 0",
                                  "xiangqi.sound_depth")
     if xq.soft_targets and cfg.data.soft_option_loss_weight <= 0:
         raise DecisionInputError("xiangqi.soft_targets needs data.soft_option_loss_weight > 0",
                                  "xiangqi.soft_targets")
-    check_num_segments(cfg, 2 if xq.aux_share > 0 else 1)  # the move, and the aux question
+    check_num_segments(cfg, questions(xq))
     return cfg, xq
+
+
+def questions(xq: XiangqiSection) -> int:
+    """The most questions a row asks: the move, and the auxiliary question."""
+    return 2 if xq.aux_share > 0 else 1
 
 
 def log(msg: str) -> None:
@@ -327,6 +354,22 @@ def row_source(xq: XiangqiSection, games: list[GameRecord], tokenizer: Tokenizer
                          soft_targets)
 
 
+INPUT_FILES = ("train_games", "valid_games", "teacher_games", "soft_targets")
+
+
+def check_input_files(xq: XiangqiSection) -> None:
+    """Refuse, naming its key, an input file of the section that is not there ("" for the
+    optional ones: none). Relative paths are taken from the working directory, not from the
+    config file. Checked before the games load: a missing ``valid_games`` was found only after
+    the training games had been read."""
+    for name in INPUT_FILES:
+        path = getattr(xq, name)
+        if (path or name in ("train_games", "valid_games")) and not Path(path).is_file():
+            what = "soft targets" if name == "soft_targets" else "games file"
+            raise DecisionInputError(f"cannot read {what} {path} (xiangqi.{name}): no such file",
+                                     f"xiangqi.{name}")
+
+
 def train(config: str | Path, resume: bool = False, max_minutes: float | None = None,
           max_steps: int | None = None, out_dir: str | None = None,
           init_from: str | Path | None = None, device: str | None = None) -> TrainResult:
@@ -339,10 +382,11 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     :func:`~decision.train.recipe.resume_point`, checked before the games load).
     """
     cfg, xq = load_player_config(config)
-    if out_dir:
+    if out_dir is not None:
         cfg.run.out_dir = out_dir
-    if device:
+    if device is not None:
         cfg.run.device = check_device(device)
+    check_input_files(xq)
     # the run's checks, before the games load (minutes for all of them)
     resume_from = begin_run(cfg, resume, max_minutes, max_steps)
     out = Path(cfg.run.out_dir)
@@ -358,7 +402,7 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
         log(f"soft targets: {len(soft_targets)} rows from {xq.soft_targets}, "
             f"weight {cfg.data.soft_option_loss_weight:g}")
     model, state = start_model(cfg, out, resume_from, init_from,
-                               lambda: build_tokenizer(games, cfg, xq))
+                               lambda: build_tokenizer(games, cfg, xq), questions(xq))
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.3f}M parameters, vocab {model.config.vocab_size}")
     source = row_source(xq, games, model.tokenizer, soft_targets, taught)
@@ -450,9 +494,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """The command line's run; its errors become the exit status in ``main``."""
+    check_flags(args)
+    if args.export_only and args.export is None:  # did nothing and exited 0
+        raise DecisionInputError("--export-only needs --export DIR", "export-only")
     cfg, _ = load_player_config(args.config)
-    run_dir = Path(args.out_dir or cfg.run.out_dir)
-    if args.export:  # before training: a run must not end in an export that cannot be written
+    run_dir = Path(cfg.run.out_dir if args.out_dir is None else args.out_dir)
+    if args.export is not None:  # before training: an export that cannot be written is refused
         check_export(args.export, run_dir)
     if args.export_only:
         ckpt = recover_checkpoint(run_dir)
@@ -463,7 +510,7 @@ def run(args: argparse.Namespace) -> int:
         if status is not None:
             return status
         ckpt = result.checkpoint
-    if args.export:
+    if args.export is not None:
         export(ckpt, args.export)
         log(f"exported bf16 model to {args.export}")
     return 0

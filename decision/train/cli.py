@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 # exit_status: python -m apps.xiangqi.train_player takes it from here too
 from decision.cli import exit_status
+from decision.errors import DecisionInputError
 
 if TYPE_CHECKING:
     from decision.train.recipe import TrainResult
@@ -36,6 +37,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu, cuda, cuda:N or auto (default: config run.device)")
 
 
+# flags whose value names a directory or a device, and what it names: an empty one
+# (``--out-dir "$OUT"`` with OUT unset) was taken as absent, and the run trained into the
+# config's directory (``--init-from ""`` read the working directory as a model)
+NAMED_FLAGS = {"out_dir": "a run directory", "init_from": "a model directory",
+               "export": "a directory", "device": "a device"}
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag of ``NAMED_FLAGS`` given an empty value (also used by
+    ``python -m apps.xiangqi.train_player``)."""
+    for name, what in NAMED_FLAGS.items():
+        value = getattr(args, name, None)
+        if value is not None and not value.strip():
+            flag = name.replace("_", "-")
+            raise DecisionInputError(f"--{flag} is empty: give {what}, or leave the flag out",
+                                     flag)
+
+
 def interrupted(result: TrainResult, export: str | None) -> int | None:
     """When Ctrl-C or SIGTERM stopped the run (the loop checkpointed it): the line saying so and
     that ``export`` is skipped, and the exit status, 128 + the signal; None for a run that ended
@@ -53,19 +72,20 @@ def run(args: argparse.Namespace) -> int:
     from decision.train.config import check_device, load_config
     from decision.train.recipe import check_export_dest, export_checkpoint, train
 
+    check_flags(args)
     cfg = load_config(args.config)
-    if args.out_dir:
+    if args.out_dir is not None:
         cfg.run.out_dir = args.out_dir
-    if args.device:
+    if args.device is not None:
         cfg.run.device = check_device(args.device)
-    if args.export:  # before training: a run must not end in an export that cannot be written
+    if args.export is not None:  # before training: an export that cannot be written is refused
         check_export_dest(args.export, cfg.run.out_dir)
     result = train(cfg, resume=args.resume, max_minutes=args.max_minutes,
                    max_steps=args.max_steps, init_from=args.init_from)
     status = interrupted(result, args.export)
     if status is not None:
         return status
-    if args.export:
+    if args.export is not None:
         export_checkpoint(result.checkpoint, args.export)
         print(f"exported bf16 model to {args.export}", file=sys.stderr)
     return 0

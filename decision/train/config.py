@@ -21,6 +21,7 @@ from decision.errors import DecisionInputError
 from decision.train.masking import LOSS_WEIGHTINGS
 
 TASKS = ("contracts", "xiangqi")  # data.task: which driver's rows (decision train: contracts)
+MAX_VOCAB = 1 << 20  # tokenizer.vocab_size: the BPE trainer allocates for the size asked
 
 
 @dataclass
@@ -274,7 +275,10 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
         raise DecisionInputError("config must be an object", None)
     unknown = set(raw) - set(_SECTIONS) - {"model"}
     if unknown:
-        raise DecisionInputError(f"unknown config sections: {sorted(unknown)}", sorted(unknown)[0])
+        hint = " (a Xiangqi player config? it trains with python -m " \
+            "apps.xiangqi.train_player)" if "train" in unknown else ""
+        raise DecisionInputError(f"unknown config sections: {sorted(unknown)}{hint}",
+                                 sorted(unknown)[0])
     model = raw.get("model", {})
     if not isinstance(model, dict):
         raise DecisionInputError("config section [model] must be a table/object", "model")
@@ -413,18 +417,90 @@ def _check(cfg: TrainConfig) -> None:
     if r.max_steps < 1 or r.log_every < 1 or r.eval_every < 1:
         raise DecisionInputError("run.max_steps/log_every/eval_every must be >= 1", "run")
     check_device(r.device)
-    if cfg.tokenizer.vocab_size < 300:
-        raise DecisionInputError("tokenizer.vocab_size must be >= 300 (bytes + specials)", "tok")
+    if not r.out_dir.strip():  # "" is the working directory: the run's files landed there
+        raise DecisionInputError("run.out_dir must name a directory, got ''", "run.out_dir")
+    if not 0 <= r.seed < 2**63:  # torch's seeds are 64-bit: a larger one failed at the model
+        raise DecisionInputError(f"run.seed must lie in [0, 2**63), got {r.seed}", "run.seed")
+    if not 1 <= d.max_level <= 2:  # the contract generator's levels; 3 trained as 2
+        raise DecisionInputError(f"data.max_level must be 1 or 2, got {d.max_level}",
+                                 "data.max_level")
+    t = cfg.tokenizer
+    if not 300 <= t.vocab_size <= MAX_VOCAB:  # 2**40 aborted the process in the BPE trainer
+        raise DecisionInputError(
+            f"tokenizer.vocab_size must lie in [300, {MAX_VOCAB}] (bytes + specials at least), "
+            f"got {t.vocab_size}", "tokenizer.vocab_size")
+    if t.corpus_groups < 1:  # no text: a tokenizer of bytes alone, whatever vocab_size says
+        raise DecisionInputError(
+            f"tokenizer.corpus_groups must be >= 1, got {t.corpus_groups}",
+            "tokenizer.corpus_groups")
+    if t.seed < 0:  # the generator's seeds; was refused at the first group, naming no key
+        raise DecisionInputError(f"tokenizer.seed must be >= 0, got {t.seed}", "tokenizer.seed")
+
+
+class _Pairs(dict[str, Any]):
+    """A JSON object as ``json.loads`` read it, with the keys it gave more than once."""
+
+    repeated: tuple[str, ...] = ()
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> _Pairs:
+    out = _Pairs(pairs)
+    if len(out) < len(pairs):
+        keys = [key for key, _ in pairs]
+        out.repeated = tuple(key for i, key in enumerate(keys) if key in keys[:i])
+    return out
+
+
+def _repeated_key(value: Any, where: str = "") -> str | None:
+    """The dotted name of the first key some object of ``value`` gives twice, or None."""
+    if isinstance(value, _Pairs) and value.repeated:
+        return where + value.repeated[0]
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _repeated_key(item, f"{where}{key}.")
+        if found is not None:
+            return found
+    return None
+
+
+def read_config_file(path: str | Path) -> Any:
+    """The parsed content of a ``.toml`` file, or of any other as JSON, else one
+    DecisionInputError: a file that is missing or unreadable, not UTF-8 text (a UTF-8 byte-order
+    mark is allowed, as editors on Windows write one), not JSON/TOML, or that gives a key twice in
+    one object (JSON's reader kept only the last: ``{"run": {...}, "run": {...}}`` dropped the
+    first section without a word; TOML refuses it itself). Also used by
+    ``python -m apps.xiangqi.train_player``."""
+    p = Path(path)
+    if not p.is_file():
+        raise DecisionInputError(f"config file not found: {p}", "config")
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except OSError as exc:
+        raise DecisionInputError(f"cannot read config {p}: {exc.strerror or exc}",
+                                 "config") from None
+    except UnicodeDecodeError as exc:
+        raise DecisionInputError(f"cannot read config {p}: not UTF-8 text ({exc.reason} at "
+                                 f"byte {exc.start})", "config") from None
+    if not text.strip():  # TOML reads it as {}: the default config, trained without a word
+        raise DecisionInputError(f"config {p} is empty", "config")
+    try:
+        raw = tomllib.loads(text) if p.suffix == ".toml" else json.loads(
+            text, object_pairs_hook=_pairs)
+    except (ValueError, RecursionError) as exc:  # JSON/TOML errors, a 5000-digit number, ...
+        raise DecisionInputError(f"cannot parse config {p}: {exc}", "config") from None
+    repeated = _repeated_key(raw)
+    if repeated is not None:
+        raise DecisionInputError(
+            f"config {p} gives {repeated} more than once (JSON would keep only the last)",
+            repeated)
+    return raw
 
 
 def load_config(path: str | Path) -> TrainConfig:
     """Read a ``.json`` or ``.toml`` training config."""
-    p = Path(path)
-    if not p.is_file():
-        raise DecisionInputError(f"config file not found: {p}", "config")
-    text = p.read_text(encoding="utf-8")
-    try:
-        raw = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise DecisionInputError(f"cannot parse config {p}: {exc}", "config") from exc
-    return config_from_dict(raw)
+    return config_from_dict(read_config_file(path))

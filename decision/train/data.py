@@ -300,6 +300,17 @@ def check_focus_qtypes(cfg: TrainConfig) -> None:
         )
 
 
+def check_val_groups(cfg: TrainConfig) -> None:
+    """Refuse a ``data.val_groups`` above the VALIDATION split's seeds: it was refused only
+    when the validation set was built, after the run had written its tokenizer, in a line that
+    named no key."""
+    if cfg.data.val_groups > len(VALIDATION):
+        raise DecisionInputError(
+            f"data.val_groups is {cfg.data.val_groups}: the validation split has "
+            f"{len(VALIDATION)} groups", "data.val_groups",
+        )
+
+
 class RowSource:
     """Deterministic stream of training rows: ``row(i)`` depends only on (run seed, i)."""
 

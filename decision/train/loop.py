@@ -550,6 +550,10 @@ def resume_notes(saved_path: Path, cfg: TrainConfig,
         notes.append(f"{', '.join(data)} changed: the rows of the steps from here on are not "
                      "those the checkpoint's config would have drawn (the masking noise goes on "
                      "from the checkpoint)")
+    kept = [k for k in changed if k.startswith("tokenizer.")]
+    if kept:  # the line above says "the run goes on with the new values": not these
+        notes.append(f"{', '.join(kept)} changed: no effect, a resumed run keeps the "
+                     "checkpoint's tokenizer (only a fresh run trains one)")
     return notes
 
 

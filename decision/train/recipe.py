@@ -24,7 +24,13 @@ from tokenizers import Tokenizer
 from decision.errors import CheckpointError, DecisionInputError
 from decision.tokenizer import MAX_QUESTIONS, special_ids, train_tokenizer
 from decision.train.config import TrainConfig, check_max_steps, check_minutes
-from decision.train.data import RowSource, ValidationSet, check_focus_qtypes, tokenizer_corpus
+from decision.train.data import (
+    RowSource,
+    ValidationSet,
+    check_focus_qtypes,
+    check_val_groups,
+    tokenizer_corpus,
+)
 from decision.train.loop import (
     CHECKPOINT_DIR,
     CHECKPOINT_OLD,
@@ -113,16 +119,22 @@ EVALS_NAME = "evals.jsonl"  # one validation record a line, beside the checkpoin
 RUN_FILES = (CHECKPOINT_DIR, CHECKPOINT_TMP, CHECKPOINT_OLD, "tokenizer.json", EVALS_NAME)
 
 
-def check_num_segments(cfg: TrainConfig, questions: int) -> None:
+def check_num_segments(cfg: TrainConfig, questions: int, model: Any = None,
+                       source: str | Path | None = None) -> None:
     """Refuse a ``model.num_segments`` that cannot number the rows of up to ``questions``
     questions (segment 0 the document, one per question): such a run failed at the first row
-    that needs more, after it had written its tokenizer (and maybe checkpoints)."""
+    that needs more, after it had written its tokenizer (and maybe checkpoints). With ``model``
+    (loaded from ``source``: ``--init-from``, ``--resume``) its own count is checked, which a
+    config that does not set the field does not fix."""
     from decision.model.config import DecisionConfig
 
     have = cfg.model.fields.get("num_segments", DecisionConfig.num_segments)  # or the default
+    where = "model.num_segments is"
+    if model is not None:
+        have, where = model.config.num_segments, f"{source} has num_segments"
     if have < questions + 1:
         raise DecisionInputError(
-            f"model.num_segments is {have}: rows of up to {questions} questions need "
+            f"{where} {have}: rows of up to {questions} questions need "
             f"{questions + 1} (the document and one segment a question)", "model.num_segments",
         )
 
@@ -143,6 +155,26 @@ def check_no_run(out: Path) -> None:
             f"{out} already holds a run ({', '.join(held)}): continue it with --resume, or "
             "start a new one in another directory (--out-dir or run.out_dir)", "run.out_dir",
         )
+
+
+def check_out_dir(out_dir: str) -> None:
+    """Refuse a run directory that cannot be made: empty (the working directory; ``--out-dir``
+    overrides the config after its checks), a file, under a file, or under a directory that is
+    not writable. Such a run failed with a traceback from ``mkdir`` once the tokenizer had been
+    trained (and, for the Xiangqi driver, the games read)."""
+    if not out_dir.strip():
+        raise DecisionInputError("run.out_dir must name a directory, got ''", "run.out_dir")
+    out = Path(out_dir)
+    first = next((p for p in (out, *out.absolute().parents) if p.exists()), None)
+    if first is None:
+        return
+    if not first.is_dir():
+        what = "is a file" if first == out else f"is under {first}, a file"
+        raise DecisionInputError(f"run directory {out_dir} {what}, not a directory",
+                                 "run.out_dir")
+    if not os.access(first, os.W_OK | os.X_OK):
+        raise DecisionInputError(f"run directory {out_dir}: {first} is not writable",
+                                 "run.out_dir")
 
 
 def resume_point(out: Path, resume: bool) -> Path | None:
@@ -176,6 +208,7 @@ def begin_run(
     ``python -m apps.xiangqi.train_player``)."""
     check_minutes(max_minutes)
     check_max_steps(max_steps)
+    check_out_dir(cfg.run.out_dir)
     resolve_device(cfg.run.device)  # a GPU that is not there: refused before any file
     torch.set_num_threads(cfg.run.threads)
     return resume_point(Path(cfg.run.out_dir), resume)
@@ -187,26 +220,34 @@ def start_model(
     resume_from: Path | None,
     init_from: str | Path | None,
     new_tokenizer: Callable[[], Tokenizer],
+    questions: int = 1,
 ) -> tuple[Any, dict[str, Any] | None]:
     """The model to train (its tokenizer as ``model.tokenizer``) and the trainer state to resume
     (None for a fresh run): the checkpoint ``resume_from`` (:func:`resume_point`), else the
     weights and tokenizer of ``init_from``, else a new model over ``new_tokenizer()``. A fresh
     run writes its tokenizer to ``out/tokenizer.json``. Either way the validation records after
     the step it starts from are dropped (``trim_evals``): a fresh run here is a ``--resume``
-    without a checkpoint (else ``check_no_run`` refused the directory)."""
+    without a checkpoint (else ``check_no_run`` refused the directory). A loaded model must
+    number the segments of rows of up to ``questions`` questions (:func:`check_num_segments`)."""
     if resume_from is not None:
         model = load_trainable(resume_from, "resume with")
         check_model_matches(model, cfg, resume_from)
+        check_num_segments(cfg, questions, model, resume_from)
         state = load_trainer_state(resume_from)
         trim_evals(out / EVALS_NAME, state["step"])
         return model, state
     if init_from is not None:
         model = load_trainable(init_from, "train with")
         check_model_matches(model, cfg, init_from)
+        check_num_segments(cfg, questions, model, init_from)
         log(f"initialised from the weights of {init_from}")
     else:
         model = build_model(cfg, new_tokenizer())
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # what check_out_dir cannot tell (a read-only or virtual file system)
+        raise DecisionInputError(f"cannot make the run directory {out}: {exc.strerror or exc}",
+                                 "run.out_dir") from None
     model.tokenizer.save(str(out / "tokenizer.json"))
     trim_evals(out / EVALS_NAME, 0)
     return model, None
@@ -259,6 +300,7 @@ def train(
             "trains with python -m apps.xiangqi.train_player)", "data.task",
         )
     check_focus_qtypes(cfg)  # the config's task-specific checks, before any file is written
+    check_val_groups(cfg)
     check_num_segments(cfg, MAX_QUESTIONS)  # a contract group asks up to MAX_QUESTIONS
     resume_from = begin_run(cfg, resume, max_minutes, max_steps)
     out = Path(cfg.run.out_dir)
@@ -269,7 +311,7 @@ def train(
         log(f"tokenizer: {tokenizer.get_vocab_size()} tokens in {time.monotonic() - t0:.1f} s")
         return tokenizer
 
-    model, state = start_model(cfg, out, resume_from, init_from, new_tokenizer)
+    model, state = start_model(cfg, out, resume_from, init_from, new_tokenizer, MAX_QUESTIONS)
     evals_path = out / EVALS_NAME
     tokenizer = model.tokenizer
     log(f"model: {count_parameters(model) / 1e6:.2f}M parameters")
