@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from decision.errors import DecisionInputError
+from decision.files import write_whole
 from decision.scoring.output import beside
 from decision.serve.api import DecideOptions
 
@@ -72,10 +72,8 @@ def check_or_write(out_path: Path, record: dict[str, Any], *, resume: bool) -> s
                 "--overwrite to start again", "resume",
             )
         return None
-    part = path.with_name(path.name + ".part")
     try:
-        part.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        os.replace(part, path)
+        write_whole({path: json.dumps(record, indent=2) + "\n"})
     except OSError as exc:
         raise DecisionInputError(f"{path}: cannot write: {exc.strerror}", "out") from None
     return None

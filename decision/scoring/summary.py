@@ -9,10 +9,10 @@ They are computed from the predictions *file*, so a resumed run reports the whol
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from decision.files import write_whole
 from decision.metrics import Record, strict_json, summarize
 from decision.scoring.gold import gold_key
 from decision.scoring.output import PredictionRow, beside
@@ -96,9 +96,5 @@ def write_summary(
     data, markdown = build_summary(result, model_name, input_path, out_path)
     json_path, md_path = summary_paths(out_path)
     text = json.dumps(strict_json(data), indent=2, allow_nan=False) + "\n"
-    parts = [(path, path.with_name(path.name + ".part")) for path in (json_path, md_path)]
-    for (_, part), content in zip(parts, (text, markdown), strict=True):
-        part.write_text(content, encoding="utf-8")
-    for path, part in parts:  # both written whole first: the two renames follow at once
-        os.replace(part, path)
+    write_whole({json_path: text, md_path: markdown})
     return json_path, md_path

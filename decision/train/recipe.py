@@ -22,6 +22,7 @@ import torch
 from tokenizers import Tokenizer
 
 from decision.errors import CheckpointError, DecisionInputError
+from decision.files import write_whole
 from decision.tokenizer import MAX_QUESTIONS, special_ids, train_tokenizer
 from decision.train.config import TrainConfig, check_max_steps, check_minutes
 from decision.train.data import (
@@ -272,9 +273,7 @@ def trim_evals(path: Path, step: int) -> None:
 
     kept = [line for line in lines if not later(line)]
     if len(kept) < len(lines):
-        part = path.with_name(path.name + ".part")  # whole, then renamed: a kill keeps the old
-        part.write_text("".join(kept))
-        os.replace(part, path)
+        write_whole({path: "".join(kept)})  # a kill meanwhile keeps the old file whole
         log(f"{path}: dropped {len(lines) - len(kept)} record(s) after step {step}, the "
             "checkpoint's step (validated again as the run resumes)")
 
