@@ -154,6 +154,73 @@ def test_block_attention_padded_keys_are_ignored(seed: int) -> None:
     torch.testing.assert_close(o1[:, :4], o2[:, :4], rtol=0, atol=0)
 
 
+
+@pytest.mark.parametrize("backend", ["torch", "triton", "triton-autograd-local"])
+def test_gate_minus_infinity_is_a_full_reset(backend: str, seed: int,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """g = -inf (alpha = 0 exactly, allowed by g <= 0) forgets the state as the recurrence does.
+
+    Without a floor the chunk form's G_i - G_j is -inf - -inf = NaN after such a step (T > 8).
+    """
+    if backend != "torch" and not _dispatch.triton_interpreting():
+        pytest.skip("CPU run without the Triton interpreter")
+    if backend == "triton-autograd-local":
+        from decision.kernels.gated_delta_rule import triton_chunk
+
+        monkeypatch.setattr(triton_chunk, "LOCAL_BACKWARD", "torch")
+        backend = "triton"
+    x = gdn_inputs(1, 20, 1, 2, 8, 4, n_states=1, seed=seed)
+    x["g"][0, 5, 0] = float("-inf")
+    x["g"][0, 12, 1] = -5000.0
+    ref = {n: t.double().requires_grad_() for n, t in x.items()}
+    o_ref, s_ref = recurrent_gated_delta_rule_torch(**ref)
+    leaves = {n: t.clone().requires_grad_() for n, t in x.items()}
+    o, s = chunk_gated_delta_rule(**leaves, backend=backend)
+    torch.testing.assert_close(o.double(), o_ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(s.double(), s_ref, rtol=1e-4, atol=1e-4)
+    grads = torch.autograd.grad((o * o).sum() + (s * s).sum(), list(leaves.values()))
+    ref_grads = torch.autograd.grad((o_ref * o_ref).sum() + (s_ref * s_ref).sum(),
+                                    list(ref.values()))
+    for name, a, b in zip(leaves, grads, ref_grads, strict=True):
+        torch.testing.assert_close(a.double(), b, rtol=1e-3, atol=1e-4, msg=name)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's inf - inf
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_padding_does_not_leak(backend: str, bad: float, seed: int) -> None:
+    """Padded block keys/values, and the next packed sequence, may hold inf or NaN: real rows,
+    their gradients and the other sequences' states stay as with finite padding."""
+    if backend == "triton" and not _dispatch.triton_interpreting():
+        pytest.skip("CPU run without the Triton interpreter")
+    x = block_inputs(2, 6, 1, 2, 8, 4, seed=seed)
+    x["block_mask"][1] = torch.arange(6) < 3
+    outs = []
+    for fill in (0.0, bad):
+        y = {n: (t.clone().requires_grad_() if t.is_floating_point() else t) for n, t in x.items()}
+        with torch.no_grad():
+            y["k"][1, 3:] = fill
+            y["v"][1, 3:] = fill
+        o = block_attention(**y, backend=backend)
+        real = torch.cat([o[0], o[1, :3]])
+        grads = torch.autograd.grad(real.square().sum(), [y[n] for n in ("q", "state", "scale")])
+        outs.append((real, *grads))
+    for a, b in zip(*outs, strict=True):
+        assert torch.isfinite(b).all()
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    # a non-finite token of the second packed sequence: the first keeps its outputs and state
+    # (the reference pads the first to the second's length with slots that read its tokens)
+    x = gdn_inputs(1, 20, 1, 2, 8, 4, n_states=2, seed=seed)
+    cu = torch.tensor([0, 5, 20])
+    o1, s1 = chunk_gated_delta_rule(**x, cu_seqlens=cu, backend=backend)
+    for name in ("q", "k", "v", "g", "beta"):
+        y = {n: t.clone() for n, t in x.items()}
+        y[name][0, 8] = bad
+        o2, s2 = chunk_gated_delta_rule(**y, cu_seqlens=cu, backend=backend)
+        assert torch.equal(o2[:, :5], o1[:, :5]), name
+        assert torch.equal(s2[0], s1[0]), name
+
+
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_empty_inputs_pass_through(backend: str, seed: int) -> None:
     """T = 0 / L = 0 (the model's empty histories and blocks): empty outputs, state unchanged."""
@@ -192,6 +259,18 @@ def test_bad_inputs_raise(seed: int) -> None:
     with pytest.raises(DecisionInputError) as err:
         block_attention(**y)
     assert err.value.field == "scale"
+    # no key head / key dim 0: a clear error, not a ZeroDivisionError (hv % hk, Dk ** -0.5)
+    for cut in ((slice(None), slice(None), slice(0, 0)), (..., slice(0, 0))):
+        x = gdn_inputs(1, 8, 1, 1, 4, 4, seed=seed)
+        x["q"], x["k"] = x["q"][cut], x["k"][cut]
+        with pytest.raises(DecisionInputError) as err:
+            chunk_gated_delta_rule(**x)
+        assert err.value.field == "q"
+        y = block_inputs(1, 4, 1, 1, 4, 4, seed=seed)
+        y["q"], y["k"] = y["q"][cut], y["k"][cut]
+        with pytest.raises(DecisionInputError) as err:
+            block_attention(**y)
+        assert err.value.field == "q"
 
 
 def test_importing_kernels_does_not_import_triton() -> None:

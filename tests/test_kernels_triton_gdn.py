@@ -16,6 +16,7 @@ import pytest
 import torch
 from triton.runtime.errors import OutOfResources
 
+from decision.errors import DecisionInputError
 from decision.kernels import _dispatch, chunk_gated_delta_rule, recurrent_gated_delta_rule_torch
 from decision.kernels.gated_delta_rule import triton_chunk
 from decision.kernels.testing import gdn_inputs
@@ -196,3 +197,93 @@ def test_no_final_state_and_dispatch(seed: int) -> None:
     o_ref, _ = chunk_gated_delta_rule(**x, backend="torch")
     assert s is None
     assert _rel_err(o, o_ref) < FP32_TOL
+
+
+def _run_on_virtual_buffers(monkeypatch: pytest.MonkeyPatch, extent: dict[str, int],
+                            real: list[torch.Tensor], pid_shift: tuple[int, int] = (0, 0)
+                            ) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Stand-ins for buffers too large to allocate (``extent``: fp32 elements of each), for a
+    kernel launched next with a grid of one program, and the list of bad accesses it will fill.
+
+    The interpreter's loads and stores are intercepted: accesses to the small ``real`` tensors
+    are performed, every other access must fall inside one stand-in's would-be extent (checked,
+    not performed: loads give zeros). ``pid_shift`` is added to the program ids, so that the one
+    program runs as the one that addresses the far end of the buffers.
+    """
+    import numpy as np
+    from triton.runtime import interpreter as itp
+
+    fake = {n: (torch.zeros(1), size * 4) for n, size in extent.items()}
+    bad: list[str] = []
+
+    def virtual(addr: np.ndarray) -> bool:
+        if addr.size == 0 or any(
+            ((addr >= r.data_ptr()) & (addr < r.data_ptr() + r.numel() * r.element_size())).all()
+            for r in real
+        ):
+            return False
+        if not any(((addr >= x.data_ptr()) & (addr < x.data_ptr() + size)).all()
+                   for x, size in fake.values()):
+            bad.append(f"{addr.min()}..{addr.max()}")
+        return True
+
+    builder = itp.InterpreterBuilder
+    load, store = builder.create_masked_load, builder.create_masked_store
+    pid = builder.create_get_program_id
+
+    def masked_load(self, ptrs, mask, other, *args):  # type: ignore[no-untyped-def]
+        if virtual(ptrs.data[mask.data]):
+            ty = ptrs.get_element_ty()
+            return itp.TensorHandle(np.zeros(ptrs.data.shape, itp._get_np_dtype(ty)), ty)
+        return load(self, ptrs, mask, other, *args)
+
+    def masked_store(self, ptrs, value, mask, *args):  # type: ignore[no-untyped-def]
+        return None if virtual(ptrs.data[mask.data]) else store(self, ptrs, value, mask, *args)
+
+    def program_id(self, axis):  # type: ignore[no-untyped-def]
+        h = pid(self, axis)
+        return itp.TensorHandle(h.data + np.int32(pid_shift[axis]), h.dtype)
+
+    monkeypatch.setattr(builder, "create_masked_load", masked_load)
+    monkeypatch.setattr(builder, "create_masked_store", masked_store)
+    monkeypatch.setattr(builder, "create_get_program_id", program_id)
+    return {n: x for n, (x, _) in fake.items()}, bad
+
+
+# Hv = 2^14 value heads of 16 stand in for long inputs at small head dims: row * Hv * D = 2^31 at
+# row 8192 (at 32 heads of 128: row 524,288), sequence * Hv * Dk * Dv = 2^31 at sequence 512
+# (at 32 heads of 128: 4,096 sequences).
+_BIG = dict(HK=1, HV=2**14, DK=16, DV=16, BT=triton_chunk.BT, BK=16, BV=16, L2=True, EPS=1e-6,
+            PREC="ieee")
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="intercepts the interpreter's memory accesses")
+def test_state_backward_offsets_pass_2_31(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Addresses stay inside the buffers when the 513th sequence's d(final state) / d(initial
+    state) offsets pass 2^31 (int32 before; buffers of 8 GiB, checked, not allocated)."""
+    c = _BIG
+    hv, dk, dv = c["HV"], c["DK"], c["DV"]
+    n = 2**31 // (hv * dk * dv) + 1  # empty sequences: only the state gradients are addressed
+    cu, off = torch.zeros(n + 1, dtype=torch.int32), torch.zeros(n, dtype=torch.int32)
+    state = n * hv * dk * dv
+    b, bad = _run_on_virtual_buffers(
+        monkeypatch,
+        {"q": 1, "k": 1, "w": 1, "gc": 1, "do": 1, "dht": state, "dh": 1, "dh0": state},
+        [cu, off], pid_shift=(0, (n - 1) * hv))
+    triton_chunk._state_bwd_kernel[(1, 1)](b["q"], b["k"], b["w"], b["gc"], b["do"], b["dht"],
+                                           b["dh"], b["dh0"], cu, off, 1.0, HAS_DHT=True, **c)
+    assert not bad, f"backward: out-of-bounds addresses {bad[:3]}"
+
+
+def test_rows_past_32_bit_offsets_are_refused() -> None:
+    """The state forward addresses a sequence's rows with int32 offsets (64-bit ones spill in
+    its sequential loop): an input whose rows x value heads x head dim reach 2^31 wrapped
+    negative (on a GPU, reads 8 GiB before the buffer); it is refused before any launch."""
+    hv, d = 2**14, 16
+    t = triton_chunk.MAX_OFFSET // (hv * d)  # expanded views: nothing of this size is allocated
+    q = torch.zeros(1, 1, 1, d).expand(1, t, 1, d)
+    v = torch.zeros(1, 1, 1, d).expand(1, t, hv, d)
+    g, beta = torch.zeros(1, 1, 1).expand(1, t, hv), torch.zeros(1, 1, 1).expand(1, t, hv)
+    with pytest.raises(DecisionInputError, match="32-bit offsets") as err:
+        triton_chunk.chunk_gated_delta_rule_triton(q, q, v, g, beta)
+    assert err.value.field == "q"

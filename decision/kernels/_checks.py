@@ -27,6 +27,14 @@ def _ndim(t: torch.Tensor, n: int, name: str, layout: str) -> None:
         raise DecisionInputError(f"{name} must be {layout}, got shape {tuple(t.shape)}", name)
 
 
+def _key_heads(q: torch.Tensor) -> None:
+    """At least one key head and a key dim of at least 1 (the default scale is Dk ** -0.5)."""
+    if q.shape[2] == 0 or q.shape[3] == 0:
+        raise DecisionInputError(
+            f"q needs at least one key head and a head dim >= 1, got shape {tuple(q.shape)}", "q"
+        )
+
+
 def check_gated_delta_rule(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -46,6 +54,7 @@ def check_gated_delta_rule(
     _ndim(beta, 3, "beta", "[B, T, Hv]")
     if q.shape != k.shape:
         raise DecisionInputError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ", "k")
+    _key_heads(q)
     b, t, hk, _ = q.shape
     hv = v.shape[2]
     if v.shape[:2] != (b, t):
@@ -102,6 +111,7 @@ def check_block_attention(
     _ndim(v, 4, "v", "[B, L, Hv, Dv]")
     if q.shape != k.shape:
         raise DecisionInputError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ", "k")
+    _key_heads(q)
     b, l_, hk, dk = q.shape
     hv, dv = v.shape[2], v.shape[3]
     if v.shape[:2] != (b, l_):

@@ -40,7 +40,9 @@ def pack_to_padded(
     valid = pos[None, :] < lengths[:, None]
     idx = (cu[:-1, None] + pos[None, :]).clamp(max=max(x.shape[1] - 1, 0))
     out = x[0][idx]
-    out = out * valid.view(*valid.shape, *([1] * (out.dim() - 2))).to(out.dtype)
+    # where, not a product: a padded slot reads another sequence's token (0 * inf = NaN would
+    # pass through the padded steps into this sequence's final state)
+    out = torch.where(valid.view(*valid.shape, *([1] * (out.dim() - 2))), out, 0.0)
     return out, valid
 
 

@@ -42,12 +42,17 @@ def block_attention_torch(
     b, l_, _, dk = q.shape
     hv = v.shape[2]
     readout_scale = dk**-0.5 if readout_scale is None else readout_scale
-    qf, kf = q.to(cd), k.to(cd)
+    qf, kf, vf = q.to(cd), k.to(cd), v.to(cd)
+    if block_mask is not None:
+        # padded keys and values are zeroed, not only their logits masked: their probability 0
+        # times a non-finite value (0 * inf = NaN) would reach real rows and gradients
+        pad = ~block_mask[:, :, None, None]
+        kf, vf = kf.masked_fill(pad, 0.0), vf.masked_fill(pad, 0.0)
     if use_qk_l2norm:
         qf, kf = l2norm(qf), l2norm(kf)
     qh = expand_heads(qf, hv, 2).transpose(1, 2)  # [B, Hv, L, Dk]
     kh = expand_heads(kf, hv, 2).transpose(1, 2)
-    vh = v.to(cd).transpose(1, 2)  # [B, Hv, L, Dv]
+    vh = vf.transpose(1, 2)  # [B, Hv, L, Dv]
     s = scale.to(cd)[None, :, None, None] * (qh @ kh.transpose(-1, -2))
     if block_mask is not None:
         s = s.masked_fill(~block_mask[:, None, None, :], float("-inf"))

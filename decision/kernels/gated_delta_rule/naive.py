@@ -42,6 +42,10 @@ CHUNK_SIZE = 64
 # heads): a few small products a step, where the chunk form pads to a whole 64-step chunk. On one
 # CPU core at 4 heads of 32 the two cost the same at about this length.
 RECURRENT_MAX_STEPS = 8
+# Gates are clamped at this log-decay in both backends: exp(-1000) is 0 in fp32 and fp64 alike, so
+# no step changes, but g = -inf (alpha = 0, a full reset) no longer makes the chunk form's
+# G_i - G_j = -inf - -inf = NaN. The gradient below the floor is 0, as exp(g) is there.
+G_FLOOR = -1000.0
 
 
 def _prepare(
@@ -63,7 +67,7 @@ def _prepare(
     q = expand_heads(q, hv, 2).transpose(1, 2) * scale
     k = expand_heads(k, hv, 2).transpose(1, 2)
     v = v.to(cd).transpose(1, 2)
-    g = g.to(cd).transpose(1, 2)
+    g = g.to(cd).clamp_min(G_FLOOR).transpose(1, 2)
     beta = torch.sigmoid(beta.to(cd)).transpose(1, 2)
     return q, k, v, g, beta
 

@@ -39,7 +39,7 @@ from triton.runtime.errors import OutOfResources
 from decision.errors import DecisionInputError
 from decision.kernels._common import L2NORM_EPS, expand_heads, l2norm
 from decision.kernels._triton_common import l2_normalise_rows
-from decision.kernels.gated_delta_rule.naive import chunk_local
+from decision.kernels.gated_delta_rule.naive import G_FLOOR, chunk_local
 
 INTERPRETED: bool = bool(knobs.runtime.interpret)
 BT = 64  # chunk size, as in the reference and fla
@@ -57,6 +57,10 @@ _NO_FIT: set[tuple[object, ...]] = set()  # shapes whose chunk-local kernel did 
 # 2 pipeline stages for the state backward: 153 KiB of shared memory (fits an A100) instead of
 # 186 KiB, and fewer spills; the others keep Triton's default of 3
 NUM_STAGES = {"_state_bwd_kernel": 2}
+_G_FLOOR = tl.constexpr(G_FLOOR)  # gates are clamped here, as in naive._prepare
+# The state forward's row offsets within a sequence are int32 (64-bit ones spill registers in
+# its sequential loop): inputs whose rows x value heads x head dim reach this are refused.
+MAX_OFFSET = 2**31
 
 
 def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -139,6 +143,9 @@ def _wy_fwd_kernel(
     rows = tl.arange(0, BT)
     k = _normalise(_load_rows(k_ptr, pos, valid, i_h // (HV // HK), HK, DK, BK), L2, EPS)
     g = tl.load(g_ptr + pos * HV + i_h, mask=valid, other=0.0).to(tl.float32)
+    # clamped as in naive._prepare: -inf (a full reset) would make G_i - G_j NaN; the
+    # derivative there is 0 without masking dg (every term carries exp(G) = 0)
+    g = tl.maximum(g, _G_FLOOR)
     b = tl.load(beta_ptr + pos * HV + i_h, mask=valid, other=0.0).to(tl.float32)
     b = tl.where(valid, tl.sigmoid(b), 0.0)  # padded rows write nothing
     gc = tl.cumsum(g, 0)
@@ -191,6 +198,8 @@ def _state_fwd_kernel(
     u_base = u_ptr + (bos * HV + i_h) * DV
     vn_base = vn_ptr + (bos * HV + i_h) * DV
     g_base = gc_ptr + bos * HV + i_h
+    # row offsets from the sequence's start are int32: row * HV * D < 2^31 is checked by
+    # chunk_gated_delta_rule_triton (MAX_OFFSET), where 64-bit tile offsets would spill
     for j in range(0, tl.cdiv(t_len, BT)):
         tl.store(h_ptr + ((off + j) * HV + i_h) * DK * DV + s_off, s, mask=smask)
         rows = j * BT + tl.arange(0, BT)
@@ -258,8 +267,9 @@ def _state_bwd_kernel(
     cv = i_v * BV + tl.arange(0, BV)
     smask = (ck[:, None] < DK) & (cv[None, :] < DV)
     s_off = ck[:, None] * DV + cv[None, :]
+    hs = (i_n * HV + i_h).to(tl.int64) * DK * DV  # int64: N * HV * DK * DV can pass 2^31
     if HAS_DHT:
-        ds = tl.load(dht_ptr + (i_n * HV + i_h) * DK * DV + s_off, mask=smask, other=0.0)
+        ds = tl.load(dht_ptr + hs + s_off, mask=smask, other=0.0)
         ds = ds.to(tl.float32)
     else:
         ds = tl.zeros([BK, BV], dtype=tl.float32)
@@ -285,7 +295,7 @@ def _state_bwd_kernel(
         qg = q * tl.exp(gc)[:, None]
         ds = ds * tl.exp(g_last) + tl.dot(tl.trans(qg), do, input_precision=PREC)
         ds -= tl.dot(tl.trans(w), dvn, input_precision=PREC)
-    tl.store(dh0_ptr + (i_n * HV + i_h) * DK * DV + s_off, ds, mask=smask)
+    tl.store(dh0_ptr + hs + s_off, ds, mask=smask)
 
 
 @triton.jit
@@ -488,7 +498,7 @@ def _chunk_local_backward(
     q = expand_heads(q, m.hv, 2).transpose(1, 2) * m.scale  # [NT, HV, BT, DK]
     k = (expand_heads(k, m.hv, 2) * vm[..., None]).transpose(1, 2)
     v = (v.float() * vm[..., None]).transpose(1, 2)
-    g = (g.float() * vm).transpose(1, 2)
+    g = (g.float().clamp_min(G_FLOOR) * vm).transpose(1, 2)
     b = (torch.sigmoid(beta.float()) * vm).transpose(1, 2)
     qg, kd, w, u, p, decay_last = chunk_local(q, k, v, g, b)
     vn = u - w @ h
@@ -587,6 +597,12 @@ def chunk_gated_delta_rule_triton(
     if q.dtype == torch.float64:
         raise DecisionInputError("the Triton kernel computes in fp32; use backend='torch' for "
                                  "float64", "q")
+    widest = t * v.shape[2] * max(dk, v.shape[3])  # a sequence is at most t tokens (no sync)
+    if widest >= MAX_OFFSET:
+        raise DecisionInputError(
+            f"the Triton kernel addresses a sequence's rows with 32-bit offsets: tokens x value "
+            f"heads x head dim must stay below 2^31, got {t} x {v.shape[2]} x "
+            f"{max(dk, v.shape[3])}; split the input or use backend='torch'", "q")
     scale = dk**-0.5 if scale is None else float(scale)
     if cu_seqlens is None:
         cu_seqlens = torch.arange(b + 1, device=q.device, dtype=torch.int64) * t
