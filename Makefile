@@ -14,6 +14,10 @@ venv: $(STAMP)
 # CPU PyTorch where no NVIDIA GPU is visible (the 2.13.0 CPU wheel lies on these machines' disk);
 # where a GPU is present, pip resolves torch from the project's open range instead.
 $(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+		echo "$(PYTHON) is not Python >= 3.11 (pyproject's requires-python):" \
+			"name one, e.g. make $(MAKECMDGOALS) PYTHON=python3.12" >&2; \
+		exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
