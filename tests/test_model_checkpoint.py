@@ -446,3 +446,177 @@ def test_per_expert_tensors_of_another_shape_or_number_are_refused(
     with pytest.raises(CheckpointError, match=words) as err:
         decision.load_model(saved)
     assert prefix in str(err.value) and str(file) in str(err.value)
+
+
+# ---------------------------------------------------------------------------- loader review
+def test_a_tensor_in_two_shards_is_refused(model: torch.nn.Module, tmp_path: Path) -> None:
+    """A tensor stored in two shards with different values loaded silently from the last one."""
+    model.save(tmp_path, max_shard_size="20KB")
+    first, second = sorted(tmp_path.glob("model-*-of-*.safetensors"))[:2]
+    a, b = load_file(str(first)), load_file(str(second))
+    name = next(iter(a))
+    save_file({**b, name: a[name] * 2}, str(second))
+    with pytest.raises(CheckpointError, match="is also in") as err:
+        decision.load_model(tmp_path)
+    assert name in str(err.value) and str(first) in str(err.value) and str(second) in str(err.value)
+
+
+@pytest.mark.parametrize("twin", ["prefix", "experts", "one_expert"])
+def test_two_tensors_for_one_parameter_are_refused(saved: Path, twin: str) -> None:
+    """``model.norm.weight`` beside ``model.language_model.norm.weight``, packed beside
+    per-expert experts, one expert's weight under both prefixes: one of the two was dropped
+    silently, whichever came last."""
+    def edit(state: dict[str, torch.Tensor]) -> None:
+        if twin == "prefix":
+            state["model.language_model.norm.weight"] = state["model.norm.weight"] + 1
+        elif twin == "one_expert":
+            _per_expert(state)
+            name = "layers.0.mlp.experts.1.up_proj.weight"
+            state[f"model.language_model.{name}"] = state[f"model.{name}"] + 1
+        else:
+            packed = {n: t.clone() for n, t in state.items()
+                      if n.startswith("model.layers.0.mlp.experts")}
+            _per_expert(state)
+            state.update(packed)
+
+    _rewrite(saved, edit)
+    with pytest.raises(CheckpointError, match="both give") as err:
+        decision.load_model(saved)
+    assert str(saved / "model.safetensors") in str(err.value)
+
+
+@pytest.fixture()
+def no_real_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if the loader builds a model with storage (a config of 10**9-wide layers
+    would allocate hundreds of GB or be killed trying)."""
+    real = checkpoint.DecisionModel
+
+    def only_meta(config: object) -> torch.nn.Module:
+        assert torch.get_default_device().type == "meta", "a real model was built"
+        return real(config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(checkpoint, "DecisionModel", only_meta)
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("hidden_size", 10**9, "expected \\[97, 1000000000\\]"),
+    ("vocab_size", 10**10, "expected \\[10000000000, 32\\]"),
+    ("moe_intermediate_size", 10**9, "expected \\[4, 2000000000, 32\\]"),
+    ("num_experts", 10**7, "expected \\[10000000, 32\\]"),
+])
+def test_a_config_too_large_for_its_weights_is_refused_before_building(
+        saved: Path, no_real_build: None, field: str, value: int, words: str) -> None:
+    """The model of config.json was built (allocated) before any shape was compared: a RuntimeError
+    from the allocator, or an out-of-memory kill where the allocation succeeded."""
+    cfg = json.loads((saved / "config.json").read_text())
+    cfg[field] = value
+    (saved / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=words) as err:
+        decision.load_model(saved)
+    assert "config.json and weights disagree" in str(err.value)
+
+
+@pytest.mark.parametrize("field", ["num_segments", "right_conv_kernel"])
+def test_huge_block_parameters_absent_from_the_weights_are_refused(
+        saved: Path, no_real_build: None, field: str) -> None:
+    """Without block-path tensors (a Qwen checkpoint) only config.json sizes them: num_segments
+    10**9 allocated a [10**9, hidden] segment embedding."""
+    from decision.model.gdn import BLOCK_PARAM_NAMES
+
+    def strip(state: dict[str, torch.Tensor]) -> None:
+        for name in list(state):
+            if name == "model.segment_embed.weight" or (
+                    name.split(".linear_attn.")[-1] in BLOCK_PARAM_NAMES):
+                del state[name]
+
+    _rewrite(saved, strip)
+    cfg = json.loads((saved / "config.json").read_text())
+    cfg[field] = 10**9
+    (saved / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=f"{field} 1000000000") as err:
+        decision.load_model(saved)
+    assert str(saved) in str(err.value)
+
+
+def test_a_dangling_tokenizer_link_is_refused(saved: Path) -> None:
+    """A tokenizer.json symlink to a missing file loaded as a model without tokenizer."""
+    (saved / "tokenizer.json").symlink_to(saved / "gone.json")
+    with pytest.raises(CheckpointError, match="cannot load tokenizer") as err:
+        decision.load_model(saved)
+    assert str(saved / "tokenizer.json") in str(err.value)
+
+
+def test_an_index_or_weight_file_with_nothing_in_it_is_named(saved: Path,
+                                                             model: torch.nn.Module) -> None:
+    """An empty weight_map and a header without tensors both said "missing tensor ... (not in )"."""
+    import struct
+
+    (saved / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
+    with pytest.raises(CheckpointError, match=r"\(not in model.safetensors\)"):
+        decision.load_model(saved)
+    model.save(saved, max_shard_size="20KB")
+    (saved / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    with pytest.raises(CheckpointError, match="weight_map lists no shard"):
+        decision.load_model(saved)
+
+
+def test_a_float64_checkpoint_loads_exactly(tmp_path: Path) -> None:
+    """The weights went through the float32 parameters of a freshly built model before the model
+    was cast to float64: every value lost its low bits."""
+    wide = tiny_model(seed=6).double()
+    with torch.no_grad():
+        for p in wide.parameters():
+            p.add_(torch.randn(p.shape, dtype=torch.float64) * 1e-9)
+    wide.save(tmp_path)
+    loaded = decision.load_model(tmp_path)
+    assert loaded.dtype == torch.float64 and _same_params(wide, loaded)
+
+
+@pytest.mark.parametrize(("stored", "dtype"), [(torch.float32, "float16"),
+                                               (torch.float64, "float32")])
+def test_weights_outside_the_range_of_the_dtype_asked_for_are_refused(
+        saved: Path, stored: torch.dtype, dtype: str) -> None:
+    """A weight of 1e6 loaded with dtype="float16" (1e300 in float64 loaded as float32) became
+    inf silently, and every logit NaN."""
+    name = "model.layers.1.mlp.shared_expert.down_proj.weight"
+
+    def widen(state: dict[str, torch.Tensor]) -> None:
+        for key in state:
+            state[key] = state[key].to(stored)
+        state[name][0, 0] = 1e6 if stored == torch.float32 else 1e300
+
+    file = _rewrite(saved, widen)
+    with pytest.raises(CheckpointError, match=f"outside the range of {dtype}") as err:
+        decision.load_model(saved, dtype=dtype)
+    assert name in str(err.value) and str(file) in str(err.value)
+
+
+@pytest.mark.parametrize("file", ["config.json", "model.safetensors.index.json",
+                                  "model.safetensors"])
+def test_json_nested_too_deep_is_one_clear_error(model: torch.nn.Module, tmp_path: Path,
+                                                 file: str) -> None:
+    """json raised a RecursionError (not a ValueError) for "[[[[...", which passed every except."""
+    import struct
+
+    model.save(tmp_path, max_shard_size="20KB" if file.endswith("index.json") else None)
+    deep = "[" * 100_000 + "]" * 100_000
+    if file == "model.safetensors":
+        raw = ('{"a": ' + deep + "}").encode()
+        (tmp_path / file).write_bytes(struct.pack("<Q", len(raw)) + raw)
+    else:
+        (tmp_path / file).write_text(deep)
+    with pytest.raises(CheckpointError) as err:
+        decision.load_model(tmp_path)
+    assert str(tmp_path / file) in str(err.value)
+
+
+@pytest.mark.parametrize("field", ["hidden_size", "head_dim"])
+def test_a_size_past_int64_is_one_clear_error(saved: Path, field: str) -> None:
+    """A JSON integer of 2**63 passed the config checks and gave torch's TypeError ("Overflow
+    when unpacking long long") when the model was built."""
+    cfg = json.loads((saved / "config.json").read_text())
+    cfg[field] = 2**63
+    (saved / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="describes a model torch cannot build") as err:
+        decision.load_model(saved)
+    assert str(saved) in str(err.value)

@@ -96,6 +96,14 @@ def test_bad_configs(edit: dict[str, Any], match: str) -> None:
     ({"mlp_only_layers": "12"}, "'mlp_only_layers' has invalid value '12'"),
     ({"layer_types": [["linear_attention"]] * 6}, "'layer_types' has invalid value"),
     ({"full_attention_interval": 0}, "'full_attention_interval' has invalid value 0"),
+    # loaded, then every Qwen3-Next layer MoE (transformers divides by it) / every request refused
+    ({"decoder_sparse_step": 0}, "decoder_sparse_step must be >= 1, got 0"),
+    ({"decoder_sparse_step": -2}, "decoder_sparse_step must be >= 1, got -2"),
+    ({"max_position_embeddings": 0}, "max_position_embeddings must be >= 1, got 0"),
+    # "unknown architecture 'D'" (the string's first letter), "unhashable type: 'list'"
+    ({"architectures": "DecisionModel"}, "'architectures' has invalid value 'DecisionModel'"),
+    ({"architectures": [["DecisionModel"]]}, "'architectures' has invalid value"),
+    ({"model_type": ["qwen3_5_moe_text"]}, "'model_type' has invalid value"),
 ])
 def test_config_fields_that_crashed_or_built_a_wrong_model(edit: dict[str, Any],
                                                            match: str) -> None:
@@ -104,3 +112,43 @@ def test_config_fields_that_crashed_or_built_a_wrong_model(edit: dict[str, Any],
     chosen, a negative norm epsilon, a pad id past the embedding, every layer full attention)."""
     with pytest.raises(CheckpointError, match=match):
         DecisionConfig.from_dict({**BASE, **edit})
+
+
+def test_a_layer_count_past_any_model_is_refused_at_once() -> None:
+    """num_hidden_layers 10**8 took 90 s and gigabytes (a list of layer types, then a check per
+    layer) before the weights could say that the config was wrong."""
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(CheckpointError, match="num_hidden_layers 1000000 is above 10,000"):
+        DecisionConfig.from_dict({**BASE, "num_hidden_layers": 10**6})
+    assert time.perf_counter() - start < 0.5
+
+
+def test_a_nested_model_type_of_another_type_is_named() -> None:
+    with pytest.raises(CheckpointError, match="'text_config.model_type' has invalid value 7"):
+        DecisionConfig.from_dict({"model_type": "qwen3_5_moe",
+                                  "text_config": {**BASE, "model_type": 7}})
+
+
+@pytest.mark.parametrize(("model_type", "top_k"), [("qwen3_5_moe_text", 8), ("qwen3_next", 10)])
+def test_a_missing_top_k_takes_the_family_default(model_type: str, top_k: int) -> None:
+    """Without num_experts_per_tok a Qwen3.5-MoE config ran with our default of 2 experts per
+    token where transformers runs it with 8 (Qwen3-Next: 10): the same weights, other outputs."""
+    raw = {**BASE, "model_type": model_type, "num_experts": 16}
+    del raw["num_experts_per_tok"]
+    assert DecisionConfig.from_dict(raw).num_experts_per_tok == top_k
+    assert DecisionConfig.from_dict({**raw, "num_experts_per_tok": 3}).num_experts_per_tok == 3
+
+
+def test_rope_parameters_nested_per_layer_type() -> None:
+    """transformers 5 accepts rope_parameters keyed by layer type; read as a flat dict, its
+    rope_theta 1e6 and partial_rotary_factor 0.5 were replaced by the defaults silently."""
+    nested = {"full_attention": {"rope_type": "default", "rope_theta": 1e6,
+                                 "partial_rotary_factor": 0.5},
+              "linear_attention": {"rope_type": "default"}}
+    cfg = DecisionConfig.from_dict({**BASE, "rope_parameters": nested})
+    assert (cfg.rope_theta, cfg.partial_rotary_factor) == (1e6, 0.5)
+    with pytest.raises(CheckpointError, match="yarn"):
+        DecisionConfig.from_dict({**BASE, "rope_parameters": {
+            "full_attention": {"rope_type": "yarn"}}})

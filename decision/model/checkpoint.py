@@ -100,7 +100,7 @@ def _read_header(file: Path) -> tuple[dict[str, Any], int, int]:
         header = json.loads(raw.decode("utf-8"))
         if not isinstance(header, dict):
             raise ValueError("header is not a JSON object")
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting
         raise CheckpointError(f"{file}: corrupted safetensors header ({exc})") from None
     return header, n, size
 
@@ -145,8 +145,14 @@ class _Tensors:
         self.meta: dict[str, tuple[str, list[int]]] = {}
         self._handles: dict[Path, Any] = {}
         self._stack = stack
-        for file in self._files():
+        self.files = self._files()
+        for file in self.files:
             for name, meta in _inspect_safetensors(file).items():
+                if name in self.where:  # which copy holds the weights is anybody's guess
+                    raise CheckpointError(
+                        f"{file}: tensor {name!r} is also in {self.where[name]} (a tensor "
+                        f"belongs to one file)"
+                    )
                 self.where[name] = file
                 self.meta[name] = meta
 
@@ -154,6 +160,8 @@ class _Tensors:
         index = self.directory / INDEX_NAME
         if index.exists():
             files = [self.directory / n for n in _shard_names(index)]
+            if not files:
+                raise CheckpointError(f"{index}: invalid index (its weight_map lists no shard)")
             for f in files:
                 if not f.exists():
                     raise CheckpointError(f"{index}: lists shard {f.name}, which is missing")
@@ -194,7 +202,7 @@ def _shard_names(index: Path) -> list[str]:
     try:
         weight_map = json.loads(index.read_text())["weight_map"]
         values = list(weight_map.values())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise CheckpointError(f"{index}: invalid index ({exc})") from None
     for value in values:
         if not isinstance(value, str) or Path(value).name != value or value in ("", ".", ".."):
@@ -218,12 +226,28 @@ def _canonical(name: str) -> str | None:
 
 
 Getter = Callable[[], torch.Tensor]
+# our parameter name -> (function reading it, where it comes from, its shape as the file headers
+# give it, or None where only reading tells: a split of a fused tensor of the wrong size)
+Source = tuple[Getter, str, list[int] | None]
 
 
-def _sources(tensors: _Tensors, config: DecisionConfig) -> dict[str, tuple[Getter, str]]:
-    """Our parameter name -> (function reading it, description of where it comes from)."""
-    out: dict[str, tuple[Getter, str]] = {}
+def _sources(tensors: _Tensors, config: DecisionConfig) -> dict[str, Source]:
+    """Every parameter the checkpoint provides, by our name. Two tensors that give one parameter
+    (``model.X`` and ``model.language_model.X``, packed and per-expert experts, fused and split
+    GDN projections) are refused: which one the model would hold is anybody's guess."""
+    out: dict[str, Source] = {}
+    origin: dict[str, str] = {}  # our name -> the raw tensor it came from
     experts: dict[str, dict[int, dict[str, str]]] = {}
+
+    def add(name: str, raw: str, source: Source) -> None:
+        if name in origin:
+            raise CheckpointError(
+                f"{tensors.where[raw]}: tensor {raw!r} and tensor {origin[name]!r} of "
+                f"{tensors.where[origin[name]]} both give {name!r}"
+            )
+        origin[name] = raw
+        out[name] = source
+
     for raw in tensors.where:
         name = _canonical(raw)
         if name is None:
@@ -231,31 +255,47 @@ def _sources(tensors: _Tensors, config: DecisionConfig) -> dict[str, tuple[Gette
         where = f"{tensors.where[raw]}: tensor {raw!r}"
         match = _EXPERT.match(name)
         if match:
-            experts.setdefault(match[1], {}).setdefault(int(match[2]), {})[match[3]] = raw
+            parts = experts.setdefault(match[1], {}).setdefault(int(match[2]), {})
+            if match[3] in parts:
+                first = parts[match[3]]
+                raise CheckpointError(
+                    f"{where} and tensor {first!r} of {tensors.where[first]} both give {name!r}"
+                )
+            parts[match[3]] = raw
         elif name.endswith("linear_attn.in_proj_qkvz.weight"):
             base = name[: -len("in_proj_qkvz.weight")]
             qkv, z = _split_qkvz(tensors, raw, config)
-            out[base + "in_proj_qkv.weight"] = (qkv, where)
-            out[base + "in_proj_z.weight"] = (z, where)
+            add(base + "in_proj_qkv.weight", raw, (qkv[0], where, _shape(tensors, raw, qkv[1])))
+            add(base + "in_proj_z.weight", raw, (z[0], where, _shape(tensors, raw, z[1])))
         elif name.endswith("linear_attn.in_proj_ba.weight"):
             base = name[: -len("in_proj_ba.weight")]
             b, a = _split_ba(tensors, raw, config)
-            out[base + "in_proj_b.weight"] = (b, where)
-            out[base + "in_proj_a.weight"] = (a, where)
+            add(base + "in_proj_b.weight", raw, (b[0], where, _shape(tensors, raw, b[1])))
+            add(base + "in_proj_a.weight", raw, (a[0], where, _shape(tensors, raw, a[1])))
         else:
-            out[name] = (_getter(tensors, raw), where)
+            add(name, raw, (_getter(tensors, raw), where, tensors.shape(raw)))
     for prefix, per_expert in experts.items():
-        _pack_experts(tensors, prefix, per_expert, config, out)
+        for name, raw, source in _pack_experts(tensors, prefix, per_expert, config):
+            add(name, raw, source)
     return out
+
+
+def _shape(tensors: _Tensors, raw: str, rows: int) -> list[int] | None:
+    """The shape of ``rows`` rows of the fused 2-D tensor ``raw``; None when it is not 2-D."""
+    shape = tensors.shape(raw)
+    return [rows, shape[1]] if len(shape) == 2 else None
 
 
 def _getter(tensors: _Tensors, raw: str) -> Getter:
     return lambda: tensors.get(raw)
 
 
-def _split_qkvz(tensors: _Tensors, raw: str, config: DecisionConfig) -> tuple[Getter, Getter]:
+def _split_qkvz(
+    tensors: _Tensors, raw: str, config: DecisionConfig
+) -> tuple[tuple[Getter, int], tuple[Getter, int]]:
     """Qwen3-Next ``in_proj_qkvz``: rows grouped per key head as [q (Dk), k (Dk), v (r*Dv),
-    z (r*Dv)] with r = Hv / Hk (``fix_query_key_value_ordering`` in modeling_qwen3_next.py)."""
+    z (r*Dv)] with r = Hv / Hk (``fix_query_key_value_ordering`` in modeling_qwen3_next.py).
+    Returns (getter, rows) for qkv and for z."""
     hk, dk = config.linear_num_key_heads, config.linear_key_head_dim
     dv = config.linear_value_head_dim
     r = config.linear_num_value_heads // hk
@@ -274,10 +314,12 @@ def _split_qkvz(tensors: _Tensors, raw: str, config: DecisionConfig) -> tuple[Ge
         qkv = torch.cat([q.reshape(-1, hidden), k.reshape(-1, hidden), v.reshape(-1, hidden)])
         return qkv, z.reshape(-1, hidden)
 
-    return (lambda: parts()[0]), (lambda: parts()[1])
+    return ((lambda: parts()[0]), hk * (2 * dk + r * dv)), ((lambda: parts()[1]), hk * r * dv)
 
 
-def _split_ba(tensors: _Tensors, raw: str, config: DecisionConfig) -> tuple[Getter, Getter]:
+def _split_ba(
+    tensors: _Tensors, raw: str, config: DecisionConfig
+) -> tuple[tuple[Getter, int], tuple[Getter, int]]:
     """Qwen3-Next ``in_proj_ba``: rows grouped per key head as [b (r), a (r)]."""
     hk = config.linear_num_key_heads
     r = config.linear_num_value_heads // hk
@@ -292,14 +334,14 @@ def _split_ba(tensors: _Tensors, raw: str, config: DecisionConfig) -> tuple[Gett
         b, a = torch.split(w.view(hk, 2 * r, -1), [r, r], dim=1)
         return b.reshape(hk * r, -1), a.reshape(hk * r, -1)
 
-    return (lambda: parts()[0]), (lambda: parts()[1])
+    return ((lambda: parts()[0]), hk * r), ((lambda: parts()[1]), hk * r)
 
 
 def _pack_experts(
-    tensors: _Tensors, prefix: str, per_expert: dict[int, dict[str, str]],
-    config: DecisionConfig, out: dict[str, tuple[Getter, str]],
-) -> None:
-    """Per-expert gate/up/down weights -> packed gate_up_proj [E, 2I, H] and down_proj [E, H, I]."""
+    tensors: _Tensors, prefix: str, per_expert: dict[int, dict[str, str]], config: DecisionConfig,
+) -> list[tuple[str, str, Source]]:
+    """Per-expert gate/up/down weights -> packed gate_up_proj [E, 2I, H] and down_proj [E, H, I]:
+    (our name, the first raw tensor, source) for each."""
     first = next(iter(per_expert.values()))
     file = tensors.where[next(iter(first.values()))]
     extra = sorted(e for e in per_expert if e >= config.num_experts)
@@ -330,8 +372,14 @@ def _pack_experts(
         )
 
     where = f"{file}: tensors '{prefix}.J.*_proj.weight'"
-    out[prefix + ".gate_up_proj"] = (gate_up, where)
-    out[prefix + ".down_proj"] = (down, where)
+    gate, down_shape = tensors.shape(per_expert[0]["gate_proj"]), tensors.shape(
+        per_expert[0]["down_proj"])
+    e = config.num_experts
+    return [
+        (prefix + ".gate_up_proj", per_expert[0]["gate_proj"],
+         (gate_up, where, [e, 2 * gate[0], *gate[1:]])),
+        (prefix + ".down_proj", per_expert[0]["down_proj"], (down, where, [e, *down_shape])),
+    ]
 
 
 def _check_expert_shapes(
@@ -370,7 +418,7 @@ def read_config(directory: Path) -> DecisionConfig:
         raise CheckpointError(f"{file}: missing config.json")
     try:
         raw = json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # deep nesting
         raise CheckpointError(f"{file}: invalid JSON ({exc})") from None
     try:
         return DecisionConfig.from_dict(raw, source=str(file))
@@ -477,10 +525,20 @@ def load_model(
     with ExitStack() as stack:
         tensors = _Tensors(directory, stack)
         target = _resolve_dtype(dtype, tensors.float_dtype(), device)
-        model = DecisionModel(config)
         sources = _sources(tensors, config)
-        missing_block = _fill(model, sources, directory, set(tensors.where.values()))
-    model.to(device=device, dtype=target)
+        # every name and header shape is checked on a model without storage before one is
+        # built: a config.json that disagrees with the weights (hidden_size 10**9) would
+        # otherwise allocate its model, or fail to, before any check
+        missing_block = _plan(config, sources, directory, tensors.files)
+        try:
+            # in the dtype it computes in before the weights are copied in: a float64 checkpoint
+            # read through float32 parameters lost its low bits
+            model = DecisionModel(config).to(dtype=target)
+        except (RuntimeError, MemoryError) as exc:
+            raise CheckpointError(f"{directory}: cannot build the model of config.json "
+                                  f"({str(exc).splitlines()[0]})") from None
+        _fill(model, sources)
+    model.to(device=device)
     model.eval()
     model.missing_block_params = missing_block
     if missing_block:
@@ -506,45 +564,43 @@ def _check_tokenizer(directory: Path, tokenizer: Any, vocab_size: int) -> None:
         )
 
 
-def _fill(
-    model: DecisionModel, sources: dict[str, tuple[Getter, str]], directory: Path,
-    files_read: set[Path],
+def _plan(
+    config: DecisionConfig, sources: dict[str, Source], directory: Path, files_read: list[Path],
 ) -> list[str]:
-    """Copy every parameter from ``sources``; returns the block params that were absent."""
-    tied = model.config.tie_word_embeddings
+    """Check the checkpoint's names and header shapes against the model of ``config`` (built on
+    the meta device: no storage) before any weight is read; returns the block-path parameters
+    that are absent and keep their initial values."""
+    try:
+        with torch.device("meta"):
+            skeleton = DecisionModel(config)
+    except (RuntimeError, TypeError, ValueError, OverflowError) as exc:  # sizes past int64
+        raise CheckpointError(f"{directory}: config.json describes a model torch cannot build "
+                              f"({str(exc).splitlines()[0]})") from None
+    tied = config.tie_word_embeddings
     missing_block: list[str] = []
     used: set[str] = set()
-    state = model.state_dict()
-    for name, param in state.items():
+    present = absent = 0  # numbers in the parameters read, in those left at their initial values
+    for name, param in skeleton.state_dict().items():
         if tied and name == "lm_head.weight":
             continue
         if name not in sources:
             if _is_block_param(name):
                 missing_block.append(name)
+                absent += param.numel()
                 continue
             files = ", ".join(sorted({p.name for p in files_read}))
             raise CheckpointError(f"{directory}: missing tensor {name!r} (not in {files})")
-        getter, where = sources[name]
-        tensor = _read_source(getter, where)
-        if param.is_floating_point() and not tensor.is_floating_point():
-            raise CheckpointError(
-                f"{where} has dtype {str(tensor.dtype).removeprefix('torch.')}, not a floating "
-                f"dtype, for the floating parameter {name!r}"
-            )
-        if tuple(tensor.shape) != tuple(param.shape):
-            raise CheckpointError(
-                f"{where} has shape {list(tensor.shape)}, expected {list(param.shape)} for "
-                f"{name!r} (config.json and weights disagree)"
-            )
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            bad = int((~torch.isfinite(tensor)).sum())
-            raise CheckpointError(
-                f"{where} holds {bad} NaN or infinite values (for {name!r}): a diverged or "
-                f"corrupted checkpoint"
-            )
-        with torch.no_grad():
-            param.copy_(tensor.to(param.dtype))
+        _, where, shape = sources[name]
+        if shape is not None:
+            _check_shape(where, shape, list(param.shape), name)
         used.add(name)
+        present += param.numel()
+    if absent > present:  # only config.json sizes them: num_segments, right_conv_kernel
+        raise CheckpointError(
+            f"{directory}: the block-path parameters that the weights lack would hold {absent:,} "
+            f"numbers, more than the {present:,} of the weights (config.json's num_segments "
+            f"{config.num_segments} or right_conv_kernel {config.right_conv_kernel} too large?)"
+        )
     unused = sorted(n for n in sources if n not in used and not (tied and n == "lm_head.weight"))
     # A layer's tensor that no parameter takes (a layer past num_hidden_layers, a part this
     # backbone lacks) means the weights describe another network than config.json: loading the
@@ -554,13 +610,53 @@ def _fill(
         more = ", ..." if len(dropped) > 5 else ""
         raise CheckpointError(
             f"{directory}: {len(dropped)} layer tensors that the model of config.json "
-            f"(num_hidden_layers {model.config.num_hidden_layers}) does not have: "
+            f"(num_hidden_layers {config.num_hidden_layers}) does not have: "
             f"{', '.join(dropped[:5])}{more} (config.json and weights disagree)"
         )
     if unused:
         logger.warning("%s: ignoring %d unknown tensors: %s", directory, len(unused),
                        ", ".join(unused[:10]))
     return missing_block
+
+
+def _check_shape(where: str, shape: list[int], expected: list[int], name: str) -> None:
+    if shape != expected:
+        raise CheckpointError(
+            f"{where} has shape {shape}, expected {expected} for {name!r} (config.json and "
+            f"weights disagree)"
+        )
+
+
+def _fill(model: DecisionModel, sources: dict[str, Source]) -> None:
+    """Copy every parameter that ``sources`` has (``_plan`` checked names and shapes)."""
+    tied = model.config.tie_word_embeddings
+    for name, param in model.state_dict().items():
+        if (tied and name == "lm_head.weight") or name not in sources:
+            continue
+        getter, where, _ = sources[name]
+        tensor = _read_source(getter, where)
+        if param.is_floating_point() and not tensor.is_floating_point():
+            raise CheckpointError(
+                f"{where} has dtype {str(tensor.dtype).removeprefix('torch.')}, not a floating "
+                f"dtype, for the floating parameter {name!r}"
+            )
+        _check_shape(where, list(tensor.shape), list(param.shape), name)
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(
+                f"{where} holds {bad} NaN or infinite values (for {name!r}): a diverged or "
+                f"corrupted checkpoint"
+            )
+        cast = tensor.to(param.dtype)
+        if cast.is_floating_point() and not bool(torch.isfinite(cast).all()):
+            bad = int((~torch.isfinite(cast)).sum())
+            kind = str(param.dtype).removeprefix("torch.")
+            raise CheckpointError(
+                f"{where} holds {bad} values outside the range of {kind} (for {name!r}): load "
+                f"it in a wider dtype"
+            )
+        with torch.no_grad():
+            param.copy_(cast)
 
 
 def _read_source(getter: Getter, where: str) -> torch.Tensor:
@@ -575,7 +671,7 @@ def _read_source(getter: Getter, where: str) -> torch.Tensor:
 def _read_tokenizer(directory: Path) -> Any:
     """``directory/tokenizer.json`` loaded with ``tokenizers``; None when there is none."""
     file = directory / "tokenizer.json"
-    if not file.exists():
+    if not os.path.lexists(file):  # a dangling link is a tokenizer.json that cannot be read
         return None
     from tokenizers import Tokenizer
 

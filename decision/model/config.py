@@ -123,6 +123,15 @@ class DecisionConfig:
             )
         if self.num_segments < 1 or self.right_conv_kernel < 1:
             raise CheckpointError("config.json: num_segments and right_conv_kernel must be >= 1")
+        if self.num_hidden_layers > MAX_LAYERS:
+            raise CheckpointError(
+                f"config.json: num_hidden_layers {self.num_hidden_layers} is above {MAX_LAYERS:,}"
+            )
+        if self.max_position_embeddings < 1:  # the longest request a model takes
+            raise CheckpointError(
+                f"config.json: max_position_embeddings must be >= 1, got "
+                f"{self.max_position_embeddings}"
+            )
 
     def _check_layers(self) -> None:
         """layer_types has one known type per layer; mlp_only_layers holds layer numbers."""
@@ -147,6 +156,10 @@ class DecisionConfig:
             raise CheckpointError(f"config.json: hidden_act {self.hidden_act!r} unsupported")
         if self.num_experts < 0:
             raise CheckpointError(f"config.json: num_experts must be >= 0, got {self.num_experts}")
+        if self.decoder_sparse_step < 1:  # transformers divides by it
+            raise CheckpointError(
+                f"config.json: decoder_sparse_step must be >= 1, got {self.decoder_sparse_step}"
+            )
         moe = self.num_experts > 0
         if moe and not 1 <= self.num_experts_per_tok <= self.num_experts:
             raise CheckpointError(
@@ -210,6 +223,10 @@ class DecisionConfig:
             raise CheckpointError(f"{source}: expected a JSON object")
         archs = raw.get("architectures") or []
         model_type = raw.get("model_type")
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise _invalid("architectures", archs, source)
+        if model_type is not None and not isinstance(model_type, str):
+            raise _invalid("model_type", model_type, source)
         if model_type in NESTED_MODEL_TYPES or "text_config" in raw:
             text = raw.get("text_config")
             if not isinstance(text, dict):
@@ -220,6 +237,8 @@ class DecisionConfig:
                 if key in raw and key not in text:
                     text[key] = raw[key]
             model_type = text.get("model_type", f"{model_type}_text")
+            if not isinstance(model_type, str):
+                raise _invalid("text_config.model_type", model_type, source)
             raw = text
         if model_type not in TEXT_MODEL_TYPES:
             raise CheckpointError(
@@ -271,6 +290,11 @@ def default_layer_types(num_layers: int, interval: int) -> list[str]:
     return [LINEAR if (i + 1) % interval else FULL for i in range(num_layers)]
 
 
+# experts per token where a config.json leaves it out: transformers 5's default per family
+FAMILY_TOP_K = {"qwen3_5_moe_text": 8, "qwen3_next": 10}
+# a sanity bound: the largest Qwen3.5 / Qwen3-Next models have 60-some layers, and a config
+# with 10**8 took 90 s (and gigabytes) to parse before anything could tell it was wrong
+MAX_LAYERS = 10_000
 REQUIRED_INTS = {"num_hidden_layers", "hidden_size", "vocab_size"}
 LIST_FIELDS = {"layer_types": str, "mlp_only_layers": int}
 
@@ -340,6 +364,10 @@ def _text_fields(raw: dict[str, Any], model_type: str, source: str) -> dict[str,
             kw[f.name] = _coerce(f.name, kw.get(f.name), str(f.type), source)
         elif f.name in kw and "None" not in str(f.type):
             del kw[f.name]  # null where a value belongs: as if absent, the default applies
+    if kw["num_hidden_layers"] > MAX_LAYERS:  # before a list of that many layer types is built
+        raise CheckpointError(
+            f"{source}: num_hidden_layers {kw['num_hidden_layers']} is above {MAX_LAYERS:,}"
+        )
     if not kw["layer_types"]:
         interval = _coerce("full_attention_interval", raw.get("full_attention_interval", 4),
                            "int", source)
@@ -356,6 +384,9 @@ def _text_fields(raw: dict[str, Any], model_type: str, source: str) -> dict[str,
         kw["num_experts"] = 0
     if model_type == "qwen3_5_moe_text" and "norm_topk_prob" not in raw:
         kw["norm_topk_prob"] = True  # Qwen3.5-MoE always re-normalises the top-k weights
+    if model_type in FAMILY_TOP_K and kw.get("num_experts_per_tok") is None:
+        # transformers' default for the family, which a config without the field runs with
+        kw["num_experts_per_tok"] = FAMILY_TOP_K[model_type]
     kw["num_experts"] = kw.get("num_experts") or 0
     kw["source_model_type"] = model_type
     return kw
@@ -366,6 +397,11 @@ def _rope_fields(raw: dict[str, Any], source: str) -> dict[str, float]:
     rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
     if not isinstance(rope, dict):
         raise CheckpointError(f"{source}: rope_parameters must be an object")
+    if rope.keys() & {LINEAR, FULL}:
+        # transformers 5 also nests them per layer type; only the attention layers rotate
+        rope = rope.get(FULL) or {}
+        if not isinstance(rope, dict):
+            raise CheckpointError(f"{source}: rope_parameters.{FULL} must be an object")
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", None):
         raise CheckpointError(f"{source}: rope_type {rope_type!r} is not supported")
