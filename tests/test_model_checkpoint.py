@@ -620,3 +620,31 @@ def test_a_size_past_int64_is_one_clear_error(saved: Path, field: str) -> None:
     with pytest.raises(CheckpointError, match="describes a model torch cannot build") as err:
         decision.load_model(saved)
     assert str(saved) in str(err.value)
+
+
+def test_a_save_that_fails_midway_keeps_the_checkpoint_there(
+    model: torch.nn.Module, saved: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """save removed the old weights first and wrote the new ones in place: a save that died
+    while writing (minutes for a large model) left no checkpoint, or new weights under the old
+    config. Every file is staged as NAME.part and moved into place once all are written."""
+    other = tiny_model(seed=6, random_block=True)
+
+    def killed(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(other.config), "to_dict", killed)  # after the weights are written
+    with pytest.raises(KeyboardInterrupt):
+        other.save(saved)
+    monkeypatch.undo()
+    assert _same_params(model, decision.load_model(saved))
+    other.save(saved, max_shard_size="20KB")  # a whole save replaces it, shards and all
+    assert _same_params(other, decision.load_model(saved))
+    assert not list(saved.glob("*.part")) and not (saved / "model.safetensors").exists()
+
+
+def test_saving_onto_a_file_is_one_clear_error(model: torch.nn.Module, tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("")
+    for target in (tmp_path / "taken", tmp_path / "taken" / "ckpt"):
+        with pytest.raises(CheckpointError, match="cannot write a checkpoint to"):
+            model.save(target)

@@ -77,6 +77,8 @@ def _save_new(model: DecisionModel, out: Path) -> None:
     place, a full disk) is a CheckpointError and leaves no partial ``out`` to refuse a rerun."""
     try:
         model.save(out)
+    except CheckpointError as exc:  # ``out`` could not be made (it names it)
+        raise CheckpointError(f"cannot write the mean: {exc}") from None
     except OSError as exc:
         shutil.rmtree(out, ignore_errors=True)
         raise CheckpointError(f"cannot write the mean to {out}: {exc}") from None

@@ -703,7 +703,11 @@ def save_checkpoint(
     """Write the model in its own dtype; shards (with an index) above ``max_shard_size`` bytes."""
     limit = _parse_size(max_shard_size)  # before anything is written
     directory = Path(path)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file there, or under one; no permission
+        raise CheckpointError(f"cannot write a checkpoint to {directory}: "
+                              f"{exc.strerror or exc}") from None
     state = {
         name: t.detach().to("cpu").contiguous()
         for name, t in model.state_dict().items()
@@ -718,26 +722,49 @@ def save_checkpoint(
             size = 0
         shards[-1][name] = t
         size += nbytes
-    for stale in list(directory.glob("model*.safetensors")) + [directory / INDEX_NAME]:
-        stale.unlink(missing_ok=True)
-    if len(shards) == 1:
-        _write_safetensors(shards[0], directory / SINGLE_NAME)
-    else:
-        weight_map: dict[str, str] = {}
-        for i, shard in enumerate(shards, 1):
-            fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-            _write_safetensors(shard, directory / fname)
-            weight_map.update({name: fname for name in shard})
-        total = sum(t.numel() * t.element_size() for t in state.values())
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        (directory / INDEX_NAME).write_text(json.dumps(index, indent=2))
-    config = model.config.to_dict()
-    config["dtype"] = str(model.dtype).removeprefix("torch.")
-    (directory / "config.json").write_text(json.dumps(config, indent=2))
-    if model.tokenizer is not None:
-        model.tokenizer.save(str(directory / "tokenizer.json"))
-    else:  # an older model's tokenizer.json would load beside these weights
-        (directory / "tokenizer.json").unlink(missing_ok=True)
+    # Every file is written whole beside its name first (NAME.part) and only then moved into
+    # place: a save killed while writing (minutes for a large model) leaves the checkpoint that
+    # was there whole, where removing its weights first left none.
+    staged: dict[str, Path] = {}
+
+    def stage(name: str) -> Path:
+        staged[name] = directory / (name + ".part")
+        return staged[name]
+
+    try:
+        if len(shards) == 1:
+            _write_safetensors(shards[0], stage(SINGLE_NAME))
+        else:
+            weight_map: dict[str, str] = {}
+            for i, shard in enumerate(shards, 1):
+                fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+                _write_safetensors(shard, stage(fname))
+                weight_map.update({name: fname for name in shard})
+            total = sum(t.numel() * t.element_size() for t in state.values())
+            index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+            stage(INDEX_NAME).write_text(json.dumps(index, indent=2))
+        config = model.config.to_dict()
+        config["dtype"] = str(model.dtype).removeprefix("torch.")
+        stage("config.json").write_text(json.dumps(config, indent=2))
+        if model.tokenizer is not None:
+            model.tokenizer.save(str(stage("tokenizer.json")))
+    except BaseException:  # nothing of this save is left behind
+        for part in staged.values():
+            part.unlink(missing_ok=True)
+        raise
+    stale = {p.name for p in directory.glob("model*.safetensors")} | {INDEX_NAME}
+    if model.tokenizer is None:  # an older model's tokenizer.json would load beside these weights
+        stale.add("tokenizer.json")
+    for name in stale - set(staged):
+        (directory / name).unlink(missing_ok=True)
+    for name, part in staged.items():
+        os.replace(part, directory / name)
+    for part in [*directory.glob("model*.safetensors.part"),  # a save killed outright (SIGKILL)
+                 *(directory / (name + ".part") for name in _SAVED_FILES)]:
+        part.unlink(missing_ok=True)
+
+
+_SAVED_FILES = (INDEX_NAME, "config.json", "tokenizer.json")
 
 
 def _write_safetensors(tensors: dict[str, torch.Tensor], file: Path) -> None:
