@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -68,11 +69,13 @@ View = dict[str, Any]  # {"answer": ICCS, "probs": {ICCS: probability}}, in the 
 
 
 def summed_probabilities(views: Sequence[View]) -> dict[str, float]:
-    total: dict[str, float] = {}
+    """Each move's probabilities summed over the views, exactly rounded (``math.fsum``) as in
+    ``pooling.pooled_probabilities``: a symmetric position's move and its mirror tie exactly."""
+    terms: dict[str, list[float]] = {}
     for view in views:
         for move, p in view["probs"].items():
-            total[move] = total.get(move, 0.0) + p
-    return total
+            terms.setdefault(move, []).append(p)
+    return {move: math.fsum(ps) for move, ps in terms.items()}
 
 
 def vote(views: Sequence[View]) -> str:

@@ -136,6 +136,34 @@ def test_ties_go_to_the_positions_own_view_then_iccs() -> None:
         pooled_pick({}, {})
 
 
+class _ByOption:
+    """A stand-in model that answers by option text alone. At the start position, symmetric
+    about the centre file, the position and its mirror image are one board and so are the two
+    swapped images: any model answers them so."""
+
+    probabilities = {"h2e2": 0.1, "b2e2": 0.05, "b7e7": 0.3, "h7e7": 0.15}
+
+    def decide(self, document: str, questions: list[Any], **kw: Any) -> Any:
+        probs = {o: self.probabilities.get(o, 0.001) for o in questions[0]["answer"]["options"]}
+        best = max(probs, key=probs.__getitem__)
+        return SimpleNamespace(answers=[SimpleNamespace(value=best, confidence=probs[best],
+                                                        option_probabilities=probs)])
+
+
+def test_a_move_and_its_mirror_in_a_symmetric_position_tie_exactly_and_go_to_the_own_view(
+) -> None:
+    # h2e2 and b2e2 get the terms 0.1, 0.05, 0.3 and 0.15 in two orders: a running sum gave
+    # b2e2 0.15000000000000002 against h2e2's 0.15, and the pick went against the own view
+    swap = Symmetry(swap=True)
+    own = {"h2e2": 0.1, "b2e2": 0.05}
+    swapped = {swap.iccs("h2e2"): 0.3, swap.iccs("b2e2"): 0.15}
+    pooled = pooled_probabilities(SYMMETRIES, [own, own, swapped, swapped])
+    assert pooled["h2e2"] == pooled["b2e2"]
+    assert pooled_pick(pooled, own) == "h2e2"
+    player = ModelPlayer(_ByOption(), pooling=SymmetryPooling(from_ply=0))
+    assert player.choose(Board()).iccs() == "h2e2"
+
+
 def test_the_player_asks_the_images_only_from_the_ply_on() -> None:
     model = HashModel()
     player = ModelPlayer(model, pooling=SymmetryPooling(from_ply=20))
