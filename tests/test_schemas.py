@@ -208,6 +208,21 @@ def test_guard_refuses_braces_rust_reads_as_a_spaced_repetition() -> None:
         assert check_regex(regex, "f") > 0
 
 
+def test_guard_refuses_whitespace_verbose_mode_reads_apart(ctx) -> None:
+    """In verbose mode Rust skips every Unicode space, in classes too; Python skips only ASCII
+    spaces outside classes. "(?x)a" U+3000 "b" compiled to the answer "ab", which Python's
+    reading does not match; "(?x)[ a]b" never gave " b"."""
+    for regex in ("(?x)a\u3000b", "(?x)a\u00a0b", "(?ix)a\u2028b", "(?x:a\x85b)c", "(?x)[ a]b",
+                  "(?x)a[\tb]"):
+        with pytest.raises(SchemaError, match="verbose mode") as err:
+            compile_answer(PatternAnswer(regex=regex, max_tokens=4), ctx, "q")
+        assert err.value.field == "q.regex"
+    # read alike: escaped, in a comment, ASCII spaces outside classes, or verbose mode off
+    for regex in ("(?x)a\\u3000b", "(?x)a[\\ ]b", "(?x)a b # c\u3000d\n", "a\u3000b",
+                  "(?i)[ a]\u00a0", "(?x) [a-z] {2} "):
+        assert check_regex(regex, "f") > 0, regex
+
+
 def test_full_match_semantics_not_leftmost_first(ctx) -> None:
     # outlines-core alone would drop "none" (prefix "no" matches first) and "ab" in "a|ab"
     eos = ctx.special.eos

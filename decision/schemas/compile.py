@@ -25,7 +25,7 @@ import torch
 from outlines_core import Index, Vocabulary
 from tokenizers import Tokenizer
 
-from decision.errors import CompileBusyError, SchemaError
+from decision.errors import CompileBusyError, DecisionInputError, SchemaError
 from decision.schemas.json_subset import json_regex
 from decision.schemas.models import (
     MAX_SLOT_TOKENS,
@@ -124,6 +124,48 @@ _lock = threading.Lock()
 _automata_bytes = 0  # the size of ``_automata``'s tensors (``automaton_bytes``)
 
 
+# Texts a tokenizer must encode back to exactly their bytes: the first starts with a letter (a
+# pre-tokenizer that adds a prefix space adds it there), the second with and ends in spaces (a
+# normaliser that strips them), both hold case, digits, composed and decomposed accents,
+# compatibility characters NFKC folds, CJK, emoji, a character outside the BMP, NUL and CR/LF.
+_EXACT_PROBES = (
+    "Yes no 12 \u00e9 e\u0301 \u00df \ufb01 \u2460 \uff21 \u4e2d\u6587 \U0001f600 \U00010348"
+    " [EOS] <a1> \x00\t\r\n",
+    "  x \u0130  ",
+)
+
+
+def _check_exact(plain: Tokenizer, pieces: list[bytes | None]) -> None:
+    """Refuse a tokenizer whose encoding does not spell a text's own bytes (a normaliser, NFKC
+    or lowercasing, or a pre-tokenizer adding a prefix space): answers are spelled byte for byte
+    by the automata, and budgets and scored options count the canonical encoding, so an option
+    "\ufb01" counted as "fi" got a slot too short for its own bytes. Every byte must be a token
+    (integer budgets count characters; a BPE lacking a byte drops it from the text)."""
+    if plain.normalizer is not None:
+        raise DecisionInputError(
+            "tokenizer has a normalizer: answers are spelled byte for byte, and a normalised "
+            "encoding spells another text", "tokenizer",
+        )
+    single = {p for p in pieces if p is not None and len(p) == 1}
+    missing = [b for b in range(256) if bytes([b]) not in single]
+    if missing:  # a BPE without the byte drops it from the text silently
+        raise DecisionInputError(
+            f"tokenizer has no token for {len(missing)} of the 256 bytes (first "
+            f"0x{missing[0]:02x}): some texts cannot be spelled", "tokenizer",
+        )
+    # a non-special added token's text is matched before the byte-level model: one whose text
+    # is also a byte's symbol ("\u00fc" is byte 0xFC's) read "\u00fc" as that lone byte
+    added = tuple(t.content for t in plain.get_added_tokens_decoder().values() if not t.special)
+    for text in (*_EXACT_PROBES, *added):
+        ids = plain.encode(text, add_special_tokens=False).ids
+        spelled = b"".join(pieces[i] or b"" for i in ids if i < len(pieces))
+        if spelled != text.encode("utf-8"):
+            raise DecisionInputError(
+                f"tokenizer does not encode text as its own bytes ({text!r} comes back as "
+                f"{spelled!r}): answers are spelled byte for byte", "tokenizer",
+            )
+
+
 def tokenizer_context(tokenizer: Tokenizer) -> TokenizerContext:
     """The (cached) compilation context of ``tokenizer``."""
     with _lock:
@@ -138,6 +180,7 @@ def tokenizer_context(tokenizer: Tokenizer) -> TokenizerContext:
     serialized = tokenizer.to_str()
     plain = Tokenizer.from_str(serialized)
     plain.encode_special_tokens = True
+    _check_exact(plain, pieces)
     ctx = TokenizerContext(
         tokenizer=tokenizer,
         special=special_ids(tokenizer),

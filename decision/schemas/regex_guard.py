@@ -79,6 +79,48 @@ def _spaced_repeat(regex: str) -> str | None:
     return None
 
 
+# an inline flag group turning verbose mode on: (?x), (?ix), (?x-i), (?x:...)
+_VERBOSE_FLAG = re.compile(r"\(\?[a-zA-Z]*x[a-zA-Z]*(?:-[a-zA-Z]*)?[:)]")
+# whitespace as Rust's verbose mode skips it (Unicode White_Space) and as Python's does
+_RUST_SPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+                        + "".join(chr(c) for c in range(0x2000, 0x200B)))
+_PYTHON_SPACE = frozenset(" \t\n\r\v\f")
+
+
+def _verbose_space(regex: str) -> str | None:
+    """In verbose mode, the first unescaped whitespace Rust skips but Python reads as text: a
+    non-ASCII space (U+00A0, U+3000...) anywhere, any space inside a character class. Rust's
+    answer to ``(?x)a`` U+3000 ``b`` was ``ab``, which Python's reading (a U+3000 b) does not
+    match, and ``(?x)[ a]`` never gave the space Python allows."""
+    if not _VERBOSE_FLAG.search(regex):
+        return None
+    i, in_class = 0, False
+    while i < len(regex):
+        ch = regex[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            if ch in _RUST_SPACE:
+                return ch
+            if ch == "]":
+                in_class = False
+        elif ch == "[":
+            in_class = True
+            i += 1
+            i += regex.startswith("^", i)
+            i += regex.startswith("]", i)  # a "]" first in a class is a character
+            continue
+        elif ch == "#":  # a comment to the end of the line in both
+            end = regex.find("\n", i)
+            i = len(regex) if end < 0 else end
+            continue
+        elif ch in _RUST_SPACE and ch not in _PYTHON_SPACE:
+            return ch
+        i += 1
+    return None
+
+
 def check_regex(regex: str, field: str) -> int:
     """Validate ``regex`` and return its expanded size; raise ``SchemaError`` when unusable."""
     if not regex:
@@ -89,6 +131,14 @@ def check_regex(regex: str, field: str) -> int:
             f"regex has a counted repetition with whitespace ({spaced!r}), which outlines-core "
             "reads as a repetition and Python as text; write it without spaces ({3}, {2,5}), "
             "or escape the brace (\\{) for text",
+            field,
+        )
+    space = _verbose_space(regex)
+    if space is not None:
+        raise SchemaError(
+            f"regex in verbose mode (x flag) has the whitespace {space!r} in a character class "
+            "or outside the ASCII spaces: outlines-core skips it, Python reads it as text; "
+            "escape it by its code (\\u3000, \\x20) or leave verbose mode",
             field,
         )
     try:
