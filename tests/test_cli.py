@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ def test_serve_without_a_model_prints_why_and_exits_nonzero(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # fails while loading, before any port is bound
-    assert main(["serve", "--model", str(tmp_path / "absent"), "--port", "1"]) == 2
+    assert main(["serve", "--model", str(tmp_path / "absent"), "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert "cannot load the model" in err and "absent" in err
     assert "Traceback" not in err
@@ -45,6 +46,52 @@ def test_serve_without_a_model_prints_why_and_exits_nonzero(
 def test_serve_rejects_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--max-batch-size", "0"]) == 2
     assert "max_batch_size" in capsys.readouterr().err
+    # saying what the value must be: "max_body_bytes=100" alone left the 1024 minimum a guess
+    assert main(["serve", "--max-body-bytes", "100", "--timeout", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "decision serve: invalid service settings: request_timeout_s=0.0 (must be a number > 0), "
+        "max_body_bytes=100 (must be at least 1024)\n")
+
+
+def _refuse_to_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    from decision.serve.engine import ModelEngine
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(ModelEngine, "load", load)
+
+
+def test_serve_refuses_a_port_in_use_before_it_loads_the_model(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A port in use was found only after the model had loaded: uvicorn's log lines (startup,
+    the bind error, shutdown) and status 3, instead of one line and status 2."""
+    _refuse_to_load(monkeypatch)
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        assert main(["serve", "--no-apps", "--port", str(port)]) == 2
+    assert capsys.readouterr().err == (
+        f"decision serve: cannot listen on 127.0.0.1:{port}: address already in use\n")
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--host", "", "host=''"),  # bound every interface (0.0.0.0 and ::), silently
+    ("--host", "  ", "host='  '"),
+    ("--model", "", "model_path=''"),  # read as the working directory: "missing config.json"
+    ("--host", "192.0.2.1", "cannot listen on 192.0.2.1:0: cannot assign requested address"),
+])
+def test_serve_refuses_an_empty_or_foreign_address_and_an_empty_model_before_loading(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    option: str, value: str, says: str,
+) -> None:
+    _refuse_to_load(monkeypatch)
+    assert main(["serve", "--no-apps", "--port", "0", option, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("decision serve: ") and says in err and err.count("\n") == 1
 
 
 def test_decide_prints_the_json_answer(
@@ -167,11 +214,11 @@ def test_serve_refuses_a_bad_app_setting_before_it_loads_the_model(
 ) -> None:
     """A bad DECISION_XIANGQI_SEARCH was found only at the first model move (a 503)."""
     monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "5")
-    assert main(["serve", "--model", str(tmp_path / "absent"), "--port", "1"]) == 2
+    assert main(["serve", "--model", str(tmp_path / "absent"), "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert "DECISION_XIANGQI_SEARCH" in err and "cannot load" not in err
     # without the apps their settings do not matter: it goes on to load the model
-    assert main(["serve", "--no-apps", "--model", str(tmp_path / "absent"), "--port", "1"]) == 2
+    assert main(["serve", "--no-apps", "--model", str(tmp_path / "absent"), "--port", "0"]) == 2
     assert "cannot load the model" in capsys.readouterr().err
 
 
@@ -217,7 +264,7 @@ def test_decide_reads_files_saved_with_a_byte_order_mark(tmp_path: Path) -> None
     assert [q.id for q in body.questions] == ["a"]
 
 
-@pytest.mark.parametrize("command", ["decide", "eval"])
+@pytest.mark.parametrize("command", ["decide", "eval", "serve"])
 def test_ctrl_c_while_the_model_loads_is_an_interruption_in_every_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     command: str,
@@ -242,7 +289,8 @@ def test_ctrl_c_while_the_model_loads_is_an_interruption_in_every_command(
     document.write_text("A document.")
     questions.write_text(json.dumps([{"id": "a", "text": "Q?", "answer": {"type": "boolean"}}]))
     argv = {"decide": ["decide", "--document", str(document), "--questions", str(questions)],
-            "eval": ["eval", "--seed-start", "20000000", "--groups", "1"]}[command]
+            "eval": ["eval", "--seed-start", "20000000", "--groups", "1"],
+            "serve": ["serve", "--no-apps", "--port", "0"]}[command]
     assert main(argv) == 130
     assert capsys.readouterr().err == f"decision {command}: interrupted\n"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back

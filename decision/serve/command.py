@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from typing import Any
 
 from decision.errors import CheckpointError, DecisionError
-from decision.serve.settings import ServeSettings
+from decision.serve.settings import ServeSettings, check_bindable
 
 
 def register(subparsers: Any) -> None:
@@ -56,6 +57,20 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     )
 
 
+def log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging configuration, with the service's own loggers (``decision.*``: the
+    worker's warnings, the model loaded) on its handler and format at ``--log-level`` too.
+    Without them they went to Python's last-resort handler: bare lines, at WARNING whatever
+    ``--log-level`` said (``info`` never showed, ``error`` did not quiet them)."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["decision"] = {
+        "handlers": ["default"], "level": level.upper(), "propagate": False,
+    }
+    return config
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -70,21 +85,27 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         if settings.include_apps:
             check_app_settings()
+        # the address too, so a port in use is not found only after the model has loaded
+        check_bindable(settings.host, settings.port)
     except ValueError as exc:
         print(f"decision serve: {exc}", file=sys.stderr)
         return 2
     # Load before binding the port, so a missing or broken checkpoint is one clear message and a
     # non-zero exit rather than a server that starts and then fails its lifespan. The loaded
     # engine is handed to the app, whose worker thread then owns it.
+    # A load that fails is reported by decision.cli.exit_status as a CheckpointError ("decision
+    # serve: cannot load the model: ...", status 2), which also tells a Ctrl-C that native code
+    # turned into a read error (status 130, "interrupted"); reported here, that was status 2.
     try:
         engine = default_engine_factory(settings)
-    except (CheckpointError, DecisionError, OSError) as exc:
-        print(f"decision serve: cannot load the model: {exc}", file=sys.stderr)
-        return 2
+    except CheckpointError:
+        raise
+    except (DecisionError, OSError) as exc:
+        raise CheckpointError(str(exc)) from exc
     app = create_app(settings, engine=engine)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=args.log_level,
-        lifespan="on", timeout_graceful_shutdown=10,
+        log_config=log_config(args.log_level), lifespan="on", timeout_graceful_shutdown=10,
     )
     server = ServiceServer(config)
     server.run()

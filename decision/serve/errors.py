@@ -9,7 +9,6 @@ outlived its timeout, 500 only for a fault of the service itself.
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,8 +20,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from decision.errors import CompileBusyError, DecisionInputError
-
-log = logging.getLogger("decision.serve")
 
 
 class ServiceError(Exception):
@@ -171,7 +168,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _on_crash(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
+        # not logged here: Starlette raises the exception on after this answer, and the server
+        # logs it with its traceback (uvicorn: "Exception in ASGI application"); logging it here
+        # too printed every crash's traceback twice
         return error_response(500, "internal_error", f"internal error: {type(exc).__name__}")
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import math
+import os
+import socket
 from dataclasses import dataclass
 
 
@@ -26,15 +29,61 @@ class ServeSettings:
     include_apps: bool = True  # mount the demo apps listed in decision.serve.app.APP_MODULES
 
     def __post_init__(self) -> None:
-        checks = {
-            "max_batch_size": self.max_batch_size >= 1,
-            "max_wait_ms": math.isfinite(self.max_wait_ms) and self.max_wait_ms >= 0,
-            "queue_size": self.queue_size >= 1,
-            "request_timeout_s": self.request_timeout_s > 0,
-            "max_body_bytes": self.max_body_bytes >= 1024,
-            "port": 0 <= self.port <= 65535,
+        checks = {  # name: (valid, what it must be)
+            # "" is not the default (None): it would be read as the working directory
+            "model_path": (self.model_path is None or bool(self.model_path.strip()),
+                           "a checkpoint directory"),
+            # "" would bind every interface (0.0.0.0 and ::), not the default 127.0.0.1
+            "host": (bool(self.host.strip()), "an address, 0.0.0.0 for every interface"),
+            "max_batch_size": (self.max_batch_size >= 1, "at least 1"),
+            "max_wait_ms": (math.isfinite(self.max_wait_ms) and self.max_wait_ms >= 0,
+                            "a finite number >= 0"),
+            "queue_size": (self.queue_size >= 1, "at least 1"),
+            "request_timeout_s": (self.request_timeout_s > 0, "a number > 0"),
+            "max_body_bytes": (self.max_body_bytes >= 1024, "at least 1024"),
+            "port": (0 <= self.port <= 65535, "0 to 65535"),
         }
-        bad = [name for name, ok in checks.items() if not ok]
+        bad = [name for name, (ok, _) in checks.items() if not ok]
         if bad:
-            values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
+            values = ", ".join(
+                f"{name}={getattr(self, name)!r} (must be {checks[name][1]})" for name in bad)
             raise ValueError(f"invalid service settings: {values}")
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Raise ``ValueError`` (one line) unless ``host``:``port`` can be bound now, as uvicorn will
+    bind it (every address ``host`` resolves to, ``SO_REUSEADDR`` as asyncio sets it).
+
+    ``decision serve`` calls it before it loads the model: a port in use or a ``--host`` that is
+    not an address of this machine is one line and status 2 at once, not uvicorn's log lines and
+    status 3 after the model has loaded. Binds nothing that stays bound (a race with another
+    program for the port is still uvicorn's error)."""
+    where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise ValueError(f"cannot listen on {where}: no such host ({reason})") from None
+    bound, refused = 0, None
+    for family, kind, proto, _, address in dict.fromkeys(infos):
+        try:
+            sock = socket.socket(family, kind, proto)
+        except OSError:  # a family this machine does not have (asyncio skips it too)
+            continue
+        with sock:
+            if os.name == "posix":  # as asyncio's create_server (elsewhere it means sharing)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPV6_V6ONLY"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+                bound += 1
+            except OSError as exc:
+                reason = (exc.strerror or str(exc)).lower()
+                if exc.errno == errno.EADDRNOTAVAIL:  # asyncio skips it if another one binds
+                    refused = refused or reason
+                    continue
+                raise ValueError(f"cannot listen on {where}: {reason}") from None
+    if not bound:
+        raise ValueError(f"cannot listen on {where}: {refused or 'no address to bind'}")
