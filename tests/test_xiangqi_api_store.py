@@ -128,6 +128,21 @@ def test_an_unusable_store_path_is_one_clear_error_naming_it(tmp_path: Path) -> 
             assert "\n" not in err.message
 
 
+def test_a_file_shorter_than_a_database_header_is_not_overwritten(tmp_path: Path) -> None:
+    """SQLite took a one-byte file for an empty database: the store (and the start-up check,
+    which opens it) turned someone's file into a game store. A file of no bytes is a new store."""
+    for size in (1, 15):
+        path = tmp_path / f"small-{size}"
+        path.write_bytes(b"x" * size)
+        for check in (GameStore, check_store_path):
+            with pytest.raises(GameStoreUnusable, match="not a database"):
+                check(path)
+        assert path.read_bytes() == b"x" * size
+    empty = tmp_path / "empty.sqlite3"
+    empty.write_bytes(b"")
+    assert GameStore(empty).path == empty and empty.stat().st_size > 0
+
+
 def test_the_start_up_check_creates_nothing(tmp_path: Path) -> None:
     """``decision serve`` checks the store's path at start; it must not create the file (or its
     folders) of a store no request may ever use."""

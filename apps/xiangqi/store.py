@@ -153,6 +153,22 @@ def _existing_folder(path: Path) -> Path:
     return folder
 
 
+_SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+
+
+def _refuse_other_file(path: Path) -> None:
+    """Raise :class:`GameStoreUnusable` for an existing, non-empty file that is no SQLite
+    database: SQLite refuses most such files, but took a file shorter than its header (one
+    byte) for an empty database and overwrote it."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    if head and head != _SQLITE_HEADER:
+        raise GameStoreUnusable(path, "file is not a database (it has no SQLite header)")
+
+
 _COLUMNS = ("id", "start_fen", "model_side", "moves", "version", "created_at", "updated_at")
 
 
@@ -200,6 +216,7 @@ class GameStore:
         try:
             if self.path.is_dir():
                 raise GameStoreUnusable(self.path, "it is a directory")
+            _refuse_other_file(self.path)
             _existing_folder(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._connect() as conn:
