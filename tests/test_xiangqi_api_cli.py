@@ -78,8 +78,14 @@ def test_a_bad_model_setting_exits_2_before_the_game_or_server_starts(
                  ["xiangqi", "serve", "--model", absent, "--port", "1"]):
         assert decision_main(argv) == 2
         err = capsys.readouterr().err
-        assert "DECISION_XIANGQI_MODEL (or --model)" in err and "absent" in err
+        assert "--model (or DECISION_XIANGQI_MODEL)" in err and "absent" in err
         assert "Xiangqi board at" not in err
+    # from `decision serve`, whose --model is the decision model, the variable alone is named
+    monkeypatch.setenv("DECISION_XIANGQI_MODEL", absent)
+    assert decision_main(["serve", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "DECISION_XIANGQI_MODEL must be" in err and "--model" not in err
+    monkeypatch.delenv("DECISION_XIANGQI_MODEL")
     monkeypatch.setenv("DECISION_XIANGQI_SEARCH", "deep")
     assert decision_main(["xiangqi", "play"]) == 2
     assert "DECISION_XIANGQI_SEARCH" in capsys.readouterr().err

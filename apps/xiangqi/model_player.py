@@ -480,9 +480,12 @@ def check_player_setting(setting: str | None = None, search: str | int | None = 
     search_depth_setting(search)
     pooling_setting(pooling)
     if value not in ("auto", "default") and not _has_checkpoint(Path(value)):
+        # named as it was given: from `decision serve` (no setting) the variable alone, where
+        # "(or --model)" read as that command's --model, the decision model's
+        given = SETTING_ENV if setting is None else f"--model (or {SETTING_ENV})"
         raise DecisionInputError(
-            f"{SETTING_ENV} (or --model) must be auto, default, random, greedy or a model "
-            f"directory with a config.json, got {value!r}",
+            f"{given} must be auto, default, random, greedy or a model directory with a "
+            f"config.json, got {value!r}",
             SETTING_ENV,
         )
 
