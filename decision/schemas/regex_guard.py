@@ -12,6 +12,7 @@ import re
 import re._constants as sre_constants
 import re._parser as sre_parse
 import warnings
+from collections.abc import Iterator
 
 from decision.errors import SchemaError
 
@@ -53,29 +54,43 @@ def _size(pattern: sre_parse.SubPattern | list, field: str) -> int:
 _RUST_REPEAT = re.compile(r"\{\s*[0-9]+\s*(?:,\s*[0-9]*\s*)?\}")
 
 
-def _spaced_repeat(regex: str) -> str | None:
-    """The first counted repetition holding whitespace (``a{ 3 }``, ``a{2, 5}``) outside a
-    character class: Rust's regex reads it as a repetition, Python's parser as text, so the
-    expanded size would miss it (``(a{ 1000 }){ 1000 }`` counted 17 units)."""
+def _unescaped(regex: str, comments: bool = False) -> Iterator[tuple[int, str, bool]]:
+    """Each character of ``regex`` that is not escaped (``\\x`` is skipped whole) nor a
+    class's own brackets, its index, and whether it stands in a character class (a ``]`` first
+    in a class, also after ``^``, is a character); with ``comments`` (verbose mode) a ``#``
+    outside a class and the rest of its line are skipped too."""
     i, in_class = 0, False
     while i < len(regex):
         ch = regex[i]
         if ch == "\\":
             i += 2
             continue
-        if ch == "[" and not in_class:
+        if not in_class and ch == "[":
             in_class = True
             i += 1
             i += regex.startswith("^", i)
             i += regex.startswith("]", i)  # a "]" first in a class is a character
             continue
-        if ch == "]":
+        if not in_class and comments and ch == "#":  # a comment to the end of the line
+            end = regex.find("\n", i)
+            i = len(regex) if end < 0 else end
+            continue
+        if in_class and ch == "]":
             in_class = False
-        elif ch == "{" and not in_class:
+        else:
+            yield i, ch, in_class
+        i += 1
+
+
+def _spaced_repeat(regex: str) -> str | None:
+    """The first counted repetition holding whitespace (``a{ 3 }``, ``a{2, 5}``) outside a
+    character class: Rust's regex reads it as a repetition, Python's parser as text, so the
+    expanded size would miss it (``(a{ 1000 }){ 1000 }`` counted 17 units)."""
+    for i, ch, in_class in _unescaped(regex):
+        if ch == "{" and not in_class:
             match = _RUST_REPEAT.match(regex, i)
             if match and any(c.isspace() for c in match.group()):
                 return match.group()
-        i += 1
     return None
 
 
@@ -94,30 +109,9 @@ def _verbose_space(regex: str) -> str | None:
     match, and ``(?x)[ a]`` never gave the space Python allows."""
     if not _VERBOSE_FLAG.search(regex):
         return None
-    i, in_class = 0, False
-    while i < len(regex):
-        ch = regex[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if in_class:
-            if ch in _RUST_SPACE:
-                return ch
-            if ch == "]":
-                in_class = False
-        elif ch == "[":
-            in_class = True
-            i += 1
-            i += regex.startswith("^", i)
-            i += regex.startswith("]", i)  # a "]" first in a class is a character
-            continue
-        elif ch == "#":  # a comment to the end of the line in both
-            end = regex.find("\n", i)
-            i = len(regex) if end < 0 else end
-            continue
-        elif ch in _RUST_SPACE and ch not in _PYTHON_SPACE:
+    for _, ch, in_class in _unescaped(regex, comments=True):
+        if ch in _RUST_SPACE and (in_class or ch not in _PYTHON_SPACE):
             return ch
-        i += 1
     return None
 
 
