@@ -546,3 +546,18 @@ def test_the_status_line_is_rewritten_only_when_it_changes(server, browser) -> N
     assert page.inner_text("#status") == "Red to move · your move"
     assert not errors, errors
     page.close()
+
+
+def test_enter_in_the_fen_box_starts_the_game(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """Enter in the FEN box did nothing: the position was started only by the New game button."""
+    page, errors = new_page(browser)
+    page.goto(f"{server}/xiangqi/")
+    page.wait_for_function("state !== null && !busy")
+    page.select_option("#model-side", "none")
+    page.click(".fen-box summary")
+    page.fill("#fen", "4k4/9/9/9/9/9/9/1R7/R8/3K5 w - - 0 1")
+    page.press("#fen", "Enter")
+    page.wait_for_function("state && state.fen.startsWith('4k4') && !busy")
+    assert page.evaluate("state.moves.length") == 0
+    assert not errors, errors
+    page.close()

@@ -643,6 +643,12 @@ function onBoardKey(evt) {
 svg.addEventListener("click", onBoardClick);
 svg.addEventListener("keydown", onBoardKey);
 el("new-game").addEventListener("click", () => run(newGame));
+// Enter in the FEN box starts the game from it, as a form would (New game, if it may run now)
+el("fen").addEventListener("keydown", (evt) => {
+  if (evt.key !== "Enter" || evt.isComposing) return;
+  evt.preventDefault();
+  if (!el("new-game").disabled) el("new-game").click();
+});
 el("undo").addEventListener("click", () => run(async () => {
   selected = null;
   state = await api("POST", `/${state.id}/undo`, { version: state.version });
