@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections import Counter
@@ -57,10 +56,15 @@ from apps.xiangqi.model_player import (  # noqa: E402
     guided_pick,
     sound_moves,
 )
-from apps.xiangqi.pooling import POOL_FROM_PLY, board_ply, pooled_pick  # noqa: E402
+from apps.xiangqi.pooling import (  # noqa: E402
+    POOL_FROM_PLY,
+    board_ply,
+    pooled_pick,
+    pooled_probabilities,
+)
 from apps.xiangqi.render import move_question, position_document  # noqa: E402
 from apps.xiangqi.search import SearchConfig  # noqa: E402
-from apps.xiangqi.symmetry import SYMMETRIES  # noqa: E402
+from apps.xiangqi.symmetry import IDENTITY, SYMMETRIES  # noqa: E402
 from apps.xiangqi.training import load_games  # noqa: E402
 from decision import load_model  # noqa: E402
 from decision.metrics import paired_hits_difference  # noqa: E402
@@ -69,13 +73,10 @@ View = dict[str, Any]  # {"answer": ICCS, "probs": {ICCS: probability}}, in the 
 
 
 def summed_probabilities(views: Sequence[View]) -> dict[str, float]:
-    """Each move's probabilities summed over the views, exactly rounded (``math.fsum``) as in
-    ``pooling.pooled_probabilities``: a symmetric position's move and its mirror tie exactly."""
-    terms: dict[str, list[float]] = {}
-    for view in views:
-        for move, p in view["probs"].items():
-            terms.setdefault(move, []).append(p)
-    return {move: math.fsum(ps) for move, ps in terms.items()}
+    """Each move's mean probability over the views (already in the position's frame), as the
+    player pools them (``pooling.pooled_probabilities``: exactly rounded, so a symmetric
+    position's move and its mirror tie exactly); the mean ranks as the sum does."""
+    return pooled_probabilities([IDENTITY] * len(views), [view["probs"] for view in views])
 
 
 def vote(views: Sequence[View]) -> str:

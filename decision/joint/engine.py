@@ -9,7 +9,6 @@ followed by one sampler step.
 
 from __future__ import annotations
 
-import math
 import numbers
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from decision.joint.sampler import (
     StepReport,
     ThresholdSamplerConfig,
     check_choice,
+    check_threshold,
 )
 from decision.joint.scoring import ORDERS as SCORING_ORDERS
 from decision.joint.scoring import ScoredOptions, SlotOptions, order_positions, score_options
@@ -274,15 +274,10 @@ def _validate(
     if mode not in MODES:
         raise DecisionInputError(f"mode must be one of {list(MODES)}, got {mode!r}", where + "mode")
     threshold = raw.threshold
-    if (  # numbers.Real: NumPy's scalars too (np.float32 is no float subclass)
-        isinstance(threshold, bool)
-        or not isinstance(threshold, numbers.Real)
-        or not math.isfinite(threshold)
-        or not 0.0 < threshold <= 1.0
-    ):
-        raise DecisionInputError(
-            f"threshold must be a number in (0, 1], got {threshold!r}", where + "threshold"
-        )
+    try:  # numbers.Real: NumPy's scalars too (np.float32 is no float subclass)
+        check_threshold(threshold, "threshold")
+    except ValueError as exc:
+        raise DecisionInputError(str(exc), where + "threshold") from None
     commit = config.commit if raw.commit is None else raw.commit
     if commit not in COMMITS:
         raise DecisionInputError(

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
 from decision.schemas.ranges import integer_range_dfa, integer_range_regex
+from decision.schemas.regex_guard import VERBOSE_FLAGS
 
 MAX_OPTIONS = 256
 MAX_SLOT_TOKENS = 256
@@ -176,8 +177,8 @@ class PatternAnswer(_Answer):
         return text
 
 
-# inline flags at the start that turn verbose mode on: (?x), (?ix), (?x-i)
-_GLOBAL_VERBOSE = re.compile(r"\(\?[a-zA-Z]*x[a-zA-Z]*(?:-[a-zA-Z]*)?\)")
+# inline flags at the start that turn verbose mode on for the whole regex
+_GLOBAL_VERBOSE = re.compile(VERBOSE_FLAGS + r"\)")
 
 
 class JsonAnswer(_Answer):

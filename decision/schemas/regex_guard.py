@@ -94,8 +94,9 @@ def _spaced_repeat(regex: str) -> str | None:
     return None
 
 
-# an inline flag group turning verbose mode on: (?x), (?ix), (?x-i), (?x:...)
-_VERBOSE_FLAG = re.compile(r"\(\?[a-zA-Z]*x[a-zA-Z]*(?:-[a-zA-Z]*)?[:)]")
+# inline flags turning verbose mode on: (?x), (?ix), (?x-i); as a group too, (?x:...)
+VERBOSE_FLAGS = r"\(\?[a-zA-Z]*x[a-zA-Z]*(?:-[a-zA-Z]*)?"
+_VERBOSE_FLAG = re.compile(VERBOSE_FLAGS + "[:)]")
 # whitespace as Rust's verbose mode skips it (Unicode White_Space) and as Python's does
 _RUST_SPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
                         + "".join(chr(c) for c in range(0x2000, 0x200B)))
