@@ -5,7 +5,7 @@
 Reads the ``records.jsonl`` that ``decision eval --out DIR`` writes for each checkpoint (the same
 seeds and groups) and prints, for joint and standalone, B - A per question and in groups fully
 correct with bootstrap intervals over groups (2,000 draws, 95 %; Newcombe's paired interval where
-fewer than 10 questions or groups differ) and the discordant counts (right only in B / only in A),
+fewer than 10 groups hold a difference) and the discordant counts (right only in B / only in A),
 and per question type. The two directories must hold the same modes and, in each, the same
 (group_id, question_id) with the same gold and question type; otherwise it stops and says how A
 and B differ.

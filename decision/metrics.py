@@ -27,10 +27,10 @@ question type and the decoding mode (``"joint"`` or ``"standalone"``). Definitio
 - **Paired joint-minus-standalone difference**: on the same questions, the difference in
   per-question accuracy (sum of per-question differences / N) and in groups fully correct, with a
   percentile bootstrap 95% interval that resamples whole groups with replacement (seeded), and
-  the discordant counts (questions, or groups fully correct, right in only one mode). With fewer
-  than 10 discordant questions (groups) the bootstrap sees too few differences (with none its
-  interval is [0, 0]), and the interval is instead the paired-hits one below on the questions
-  (groups).
+  the discordant counts (questions, or groups fully correct, right in only one mode). Where
+  fewer than 10 groups hold a discordant question (fewer than 10 groups are discordant) the
+  bootstrap, which draws groups, sees too few differences (with none its interval is [0, 0]),
+  and the interval is instead the paired-hits one below on the questions (groups).
 - **Paired hits** (two players on the same items, e.g. Xiangqi positions): B's hit rate minus
   A's, with the normal (Wald) interval for paired proportions built on the discordant items
   ``se = sqrt(b + c - (b - c)^2 / n) / n``; with fewer than 20 discordant items, or where that
@@ -74,7 +74,7 @@ class Record:
 
 
 FEW_GROUPS = 30  # below this many groups the cluster-robust interval is optimistic
-SPARSE_BOOTSTRAP = 10  # fewer discordant questions / groups: paired_difference leaves the bootstrap
+SPARSE_BOOTSTRAP = 10  # fewer groups with a differing question / discordant groups: Newcombe
 SPARSE_PAIRS = 20  # fewer discordant items: paired_hits_difference uses Newcombe's method 10
 
 
@@ -105,9 +105,10 @@ class TypeStat:
 @dataclass(frozen=True)
 class PairedDifference:
     """Joint minus standalone on the same questions, with 95% intervals (bootstrap over groups,
-    or ``"newcombe"`` where the discordant items are too few: ``question_method`` /
-    ``group_method``). ``question_discordant`` = (questions right only joint, only standalone);
-    ``group_discordant`` = (groups fully correct only joint, only standalone)."""
+    or ``"newcombe"`` where too few groups hold a difference for the bootstrap to draw from:
+    ``question_method`` / ``group_method``). ``question_discordant`` = (questions right only
+    joint, only standalone); ``group_discordant`` = (groups fully correct only joint, only
+    standalone)."""
 
     question: Estimate
     group: Estimate
@@ -243,6 +244,9 @@ def paired_difference(joint: Sequence[Record], standalone: Sequence[Record], n_b
     diff_g = all_j - all_s
     q_counts = (sum(1 for k, cj in j.items() if cj and not s[k]),
                 sum(1 for k, cj in j.items() if s[k] and not cj))
+    # the bootstrap resamples groups: what it has to draw from is the groups holding a
+    # difference, however many questions differ inside them (12 in 4 groups are 4 draws)
+    q_groups = len({g for (g, q), cj in j.items() if bool(cj) != bool(s[(g, q)])})
     g_counts = (int((diff_g > 0).sum()), int((diff_g < 0).sum()))
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(ids), size=(n_boot, len(ids)))
@@ -253,7 +257,7 @@ def paired_difference(joint: Sequence[Record], standalone: Sequence[Record], n_b
     g_low, g_high = np.percentile(boot_g, [tail, 100 - tail])
     z = NormalDist().inv_cdf(1.0 - (1.0 - level) / 2)
     q_method = g_method = "bootstrap"
-    if sum(q_counts) < SPARSE_BOOTSTRAP:  # too few differences for the bootstrap
+    if q_groups < SPARSE_BOOTSTRAP:  # too few groups with a difference for the bootstrap
         keys = sorted(j)
         q_low, q_high = _newcombe10([s[k] for k in keys], [j[k] for k in keys], z)
         q_method = "newcombe"
@@ -413,7 +417,7 @@ def summarize(records: Sequence[Record], n_boot: int = 2000, seed: int = 0
         how = {"bootstrap": "bootstrap over groups", "newcombe": "Newcombe, few discordant"}
         lines += ["", f"Joint minus standalone on the same {q.n} questions / {g.n} groups "
                   f"(95%; bootstrap over groups, {d['n_boot']} draws, where at least "
-                  f"{SPARSE_BOOTSTRAP} items differ): per question {_signed(q)} "
+                  f"{SPARSE_BOOTSTRAP} groups hold a difference): per question {_signed(q)} "
                   f"({how[d['question_method']]}; right only joint {qj}, only standalone {qs}); "
                   f"groups fully correct {_signed(g)} ({how[d['group_method']]}; only joint {gj}, "
                   f"only standalone {gs})."]

@@ -174,6 +174,23 @@ def test_paired_difference_without_discordant_items_is_not_zero_width() -> None:
     assert "right only joint 0, only standalone 3" in table and "Newcombe" in table
 
 
+def test_paired_difference_counts_the_groups_the_bootstrap_draws_from() -> None:
+    # 12 questions differ, all in 4 of 200 groups: the bootstrap resamples groups, so it has 4
+    # draws that carry a difference, too few, however many questions they hold (was bootstrap)
+    joint = [Record(f"g{i}", f"q{k}", True) for i in range(200) for k in range(3)]
+    alone = [Record(f"g{i}", f"q{k}", i >= 4, mode="standalone")
+             for i in range(200) for k in range(3)]
+    clustered = paired_difference(joint, alone, n_boot=500)
+    assert clustered.question_discordant == (12, 0)
+    assert clustered.question_method == clustered.group_method == "newcombe"
+    # the same 12 differences spread over 12 groups: enough groups for the bootstrap
+    alone = [Record(f"g{i}", f"q{k}", not (i < 12 and k == 0), mode="standalone")
+             for i in range(200) for k in range(3)]
+    spread = paired_difference(joint, alone, n_boot=500)
+    assert spread.question_discordant == (12, 0)
+    assert spread.question_method == spread.group_method == "bootstrap"
+
+
 def test_bootstrap_interval_shrinks_with_more_groups() -> None:
     joint = [Record(f"g{i}", "q1", i % 2 == 0) for i in range(400)]
     alone = [Record(f"g{i}", "q1", i % 4 == 0, mode="standalone") for i in range(400)]
