@@ -413,6 +413,32 @@ def test_an_index_naming_no_shard_file_of_the_directory_is_refused(
     assert str(tmp_path / "ckpt") in str(err.value)
 
 
+@pytest.mark.parametrize("edit", ["moved", "unlisted", "phantom"])
+def test_an_index_that_disagrees_with_its_shards_is_refused(
+        model: torch.nn.Module, tmp_path: Path, edit: str) -> None:
+    """The weight_map was not compared with where the tensors are: an index from another save
+    (a tensor listed under the wrong shard, left out, or listed where no shard holds it) loaded."""
+    model.save(tmp_path, max_shard_size="20KB")
+    index = tmp_path / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    weight_map = data["weight_map"]
+    shards = sorted(set(weight_map.values()))
+    # a tensor whose shard holds others too, so the shard stays listed without it
+    name = next(n for n in sorted(weight_map)
+                if list(weight_map.values()).count(weight_map[n]) > 1)
+    if edit == "moved":
+        weight_map[name] = next(s for s in shards if s != weight_map[name])
+    elif edit == "unlisted":
+        del weight_map[name]
+    else:
+        weight_map["model.layers.0.not_saved.weight"] = shards[0]
+        name = "model.layers.0.not_saved.weight"
+    index.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError) as err:
+        decision.load_model(tmp_path)
+    assert str(index) in str(err.value) and repr(name) in str(err.value)
+
+
 def _per_expert(state: dict[str, torch.Tensor]) -> None:
     """Packed experts -> per-expert ``experts.J.{gate,up,down}_proj.weight`` (the HF layout)."""
     for name in [n for n in state if n.endswith(".experts.gate_up_proj")]:

@@ -155,6 +155,27 @@ class _Tensors:
                     )
                 self.where[name] = file
                 self.meta[name] = meta
+        self._check_index()
+
+    def _check_index(self) -> None:
+        """The index's weight_map names where each tensor is, as the shards' headers do: a shard
+        from another save (or an index edited by hand) loads here but not in other tools."""
+        index = self.directory / INDEX_NAME
+        if not index.exists():
+            return
+        listed = _weight_map(index)
+        for name, file in self.where.items():
+            if listed.get(name) != file.name:
+                where = f"under {listed[name]}" if name in listed else "nowhere"
+                raise CheckpointError(
+                    f"{index}: its weight_map lists tensor {name!r} {where}, but {file.name} "
+                    f"holds it (the index and the shards are from different saves?)"
+                )
+        for name in listed.keys() - self.where.keys():
+            raise CheckpointError(
+                f"{index}: its weight_map lists tensor {name!r} in {listed[name]}, which does "
+                f"not hold it"
+            )
 
     def _files(self) -> list[Path]:
         index = self.directory / INDEX_NAME
@@ -197,20 +218,25 @@ class _Tensors:
         return max(counts, key=lambda t: counts[t]) if counts else None
 
 
-def _shard_names(index: Path) -> list[str]:
-    """The shard file names an index's weight_map lists: plain names in the same directory."""
+def _weight_map(index: Path) -> dict[str, str]:
+    """An index's weight_map (tensor name -> shard file): plain names in the same directory."""
     try:
         weight_map = json.loads(index.read_text())["weight_map"]
-        values = list(weight_map.values())
+        items = list(weight_map.items())
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise CheckpointError(f"{index}: invalid index ({exc})") from None
-    for value in values:
+    for _, value in items:
         if not isinstance(value, str) or Path(value).name != value or value in ("", ".", ".."):
             raise CheckpointError(
                 f"{index}: invalid index (weight_map value {value!r} is not a file name in "
                 f"the checkpoint directory)"
             )
-    return sorted(set(values))
+    return dict(items)
+
+
+def _shard_names(index: Path) -> list[str]:
+    """The shard file names an index's weight_map lists."""
+    return sorted(set(_weight_map(index).values()))
 
 
 # ---------------------------------------------------------------------------- name mapping
