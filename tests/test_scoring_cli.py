@@ -425,6 +425,35 @@ def test_resume_with_another_mode_is_refused_and_keeps_the_file(tmp_path: Path) 
     assert result.resumed == 2 and result.scored == 0
 
 
+def test_resume_with_another_batch_size_or_device_warns_and_goes_on(tmp_path: Path) -> None:
+    # the run record did not keep them: a resume with others went on without a word, though its
+    # answers may differ in the last digits from one uninterrupted run's
+    path = _fake_csv(tmp_path / "in.csv", [f"d{i}" for i in range(4)])
+    out = tmp_path / "pred.csv"
+    engine: Any = _FakeEngine()
+    score_csv(path, out, engine, batch_groups=2, show_progress=False)
+    from decision.scoring.run_record import run_record_path
+
+    record = json.loads(run_record_path(out).read_text())
+    assert record["batch_groups"] == 2 and record["device"] is None
+    out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:3]))  # two groups
+    stream = io.StringIO()
+    result = score_csv(path, out, engine, resume=True, batch_groups=3, show_progress=False,
+                       progress_stream=stream)
+    assert result.resumed == 2 and result.scored == 2
+    assert "started with batch size in groups 2 (now 3)" in stream.getvalue()
+    cuda: Any = _FakeEngine()
+    cuda.device = "cuda:0"
+    stream = io.StringIO()
+    score_csv(path, out, cuda, resume=True, batch_groups=2, show_progress=False,
+              progress_stream=stream)
+    assert "started with device None (now 'cuda:0')" in stream.getvalue()
+    stream = io.StringIO()  # the same as the record: no warning
+    score_csv(path, out, engine, resume=True, batch_groups=2, show_progress=False,
+              progress_stream=stream)
+    assert "warning" not in stream.getvalue()
+
+
 def test_resume_with_another_input_is_refused_and_keeps_the_file(tmp_path: Path) -> None:
     engine: Any = _FakeEngine()
     out = tmp_path / "pred.csv"

@@ -3,7 +3,10 @@ continues only the same run: resumed with another model, input or decoding optio
 would mix two runs' answers under one summary without a word.
 
 The record holds the model's weights fingerprint (and its name), the input file's SHA-256, the
-mode and the decoding options. A file from before records (none beside it) resumes with a
+mode and the decoding options; a resume that differs in any of them is refused. It holds too the
+batch size in groups and the device: a resume with others goes on with a warning, as its answers
+may differ in the last digits from those of one uninterrupted run (padded batches, other
+kernels), but are the same model's. A file from before records (none beside it) resumes with a
 warning that nothing could be checked.
 """
 
@@ -22,6 +25,8 @@ from decision.serve.api import DecideOptions
 # The keys compared on --resume, and how a difference is named in the refusal.
 _CHECKED = {"model_fingerprint": "another model", "input_sha256": "other input file contents",
             "mode": "another mode", "options": "other decoding options"}
+# The keys that only warn on --resume: the same answers up to rounding.
+_NOTED = {"batch_groups": "batch size in groups", "device": "device"}
 
 
 def run_record_path(out_path: Path) -> Path:
@@ -37,8 +42,10 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def run_record(engine: Any, input_path: Path, mode: str, options: DecideOptions) -> dict[str, Any]:
-    """The record of a run: the engine's ``fingerprint`` (its name where it has none)."""
+def run_record(engine: Any, input_path: Path, mode: str, options: DecideOptions,
+               batch_groups: int) -> dict[str, Any]:
+    """The record of a run: the engine's ``fingerprint`` (its name where it has none) and its
+    ``device`` (None where it has none)."""
     return {
         "model": engine.name,
         "model_fingerprint": getattr(engine, "fingerprint", engine.name),
@@ -46,6 +53,8 @@ def run_record(engine: Any, input_path: Path, mode: str, options: DecideOptions)
         "input_sha256": file_sha256(input_path),
         "mode": mode,
         "options": options.model_dump(mode="json"),
+        "batch_groups": batch_groups,
+        "device": getattr(engine, "device", None),
     }
 
 
@@ -71,6 +80,13 @@ def check_or_write(out_path: Path, record: dict[str, Any], *, resume: bool) -> s
                 "resuming would mix two runs' answers; resume with the same, or pass "
                 "--overwrite to start again", "resume",
             )
+        # a record from before these keys were kept has none of them: nothing to compare
+        noted = [f"{label} {kept[key]!r} (now {record[key]!r})" for key, label in _NOTED.items()
+                 if key in kept and kept[key] != record[key]]
+        if noted:
+            return (f"warning: {out_path} was started with {' and '.join(noted)}: the answers "
+                    "written from here on may differ in the last digits from those one "
+                    "uninterrupted run would give")
         return None
     try:
         write_whole({path: json.dumps(record, indent=2) + "\n"})

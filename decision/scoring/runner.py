@@ -171,8 +171,8 @@ def score_csv(
     # returns (with the same ids over another input, every group), and a refused resume must
     # leave the file as it was; recover's own refusals still cover files from before records,
     # and its refusal of a file that is no predictions file comes without the record's warning
-    warning = check_or_write(out_path, run_record(engine, input_path, mode, options),
-                             resume=resume)
+    warning = check_or_write(out_path, run_record(engine, input_path, mode, options,
+                                                  batch_groups), resume=resume)
     done = recover(out_path, expected, modes, questions) if resume else set()
     if warning is not None:
         print(warning, file=stream)

@@ -79,6 +79,11 @@ class ModelEngine:
             digest.update(flat.view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
 
+    @property
+    def device(self) -> str:
+        """Where the model's weights are (``cpu``, ``cuda:0``)."""
+        return str(next(self.model.parameters()).device)
+
     @classmethod
     def load(cls, path: str | None, device: str = "cpu") -> ModelEngine:
         """Load a checkpoint directory (None: the shipped default); raises ``CheckpointError``."""
