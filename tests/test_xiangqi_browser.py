@@ -561,3 +561,47 @@ def test_enter_in_the_fen_box_starts_the_game(server, browser) -> None:  # type:
     assert page.evaluate("state.moves.length") == 0
     assert not errors, errors
     page.close()
+
+
+def test_new_game_abandons_a_model_move_that_takes_long(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """New game stayed disabled for as long as the model thought (a first model load takes
+    minutes), so a game could not be left. It is usable then: the new game is shown, and the
+    old game's reply, when it comes, is not drawn on it."""
+    import json
+
+    page, errors = open_board(browser, server)
+    held = _held(page, "**/model-move")
+    click_square(page, "h2")
+    click_square(page, "e2")
+    route = _next_held(page, held)  # the model is thinking for the old game
+    old = page.evaluate("state")
+    assert "the model is thinking" in page.inner_text("#status")
+    assert page.is_enabled("#new-game")
+    assert page.is_disabled("#undo") and page.is_disabled("#model-move")
+    page.click("#new-game")
+    page.wait_for_function("(id) => state && state.id !== id && !busy", arg=old["id"])
+    new = page.evaluate("state")
+    assert new["moves"] == [] and page.evaluate("location.hash") == f"#{new['id']}"
+    # the old game's reply arrives late (the model's move, played on the server meanwhile)
+    stale = _api(server, f"/{old['id']}/model-move", {"version": old["version"]})
+    assert len(stale["moves"]) == 2
+    try:
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(stale))
+    except Exception:  # the page already cancelled the request  # noqa: BLE001
+        pass
+    page.unroute("**/model-move")
+    page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 600))")
+    shown = page.evaluate("state")
+    assert (shown["id"], shown["moves"]) == (new["id"], [])
+    assert page.is_hidden("#error")
+    assert "thinking" not in page.inner_text("#status")
+    assert page.inner_text("#status") == "Red to move · your move"
+    assert page.is_enabled("#new-game") and page.is_disabled("#undo")
+    assert page.locator(".mark-last").count() == 0
+    # the new game plays as any other: the model replies to a move
+    click_square(page, "h2")
+    click_square(page, "e2")
+    wait_moves(page, 2)
+    assert page.evaluate("state.id") == new["id"]
+    assert not errors, errors
+    page.close()

@@ -45,6 +45,8 @@ let selected = null; // the selected square, e.g. "h2"
 let flipped = false;
 let busy = false;
 let thinking = false; // a model move is being asked for: the status says so until it answers
+let asking = null; // that request's AbortController: New game abandons it (the reply is stale)
+let running = Promise.resolve(); // the request run() has in progress, settled once it ended
 let following = 0; // bumped to stop an older watch of a game another request is changing
 let watching = false; // such a watch runs: the status says so, Undo and Model move wait for it
 let wanted = null; // a game id put in the URL while a request ran, opened when it ends
@@ -318,7 +320,8 @@ function renderButtons() {
   el("undo").disabled = busy || watching || !state || state.moves.length === 0;
   el("model-move").disabled = busy || watching || !state || state.over ||
     !(state.model_to_move || state.model_side === "none");
-  el("new-game").disabled = busy;
+  // usable while the model thinks (a first model load can take minutes): it abandons that game
+  el("new-game").disabled = busy && !thinking;
 }
 
 // Slide the moved piece from its square to the target, then show the new state.
@@ -362,8 +365,9 @@ class ApiError extends Error {
   }
 }
 
-async function api(method, path, body) {
-  const init = { method, headers: {} };
+// `signal` aborts the request: the AbortError is thrown as it is, not as a failed request.
+async function api(method, path, body, signal) {
+  const init = { method, headers: {}, signal };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -372,6 +376,7 @@ async function api(method, path, body) {
   try {
     res = await fetch(API + path, init);
   } catch (err) { // no answer at all: the server is stopped or the network is down
+    if (signal && signal.aborted) throw err;
     throw new ApiError(0, { error: { message: "cannot reach the server " +
       `(${err.message || err}); is it running? Try again once it is.` } });
   }
@@ -381,6 +386,7 @@ async function api(method, path, body) {
   } catch (_) {
     data = null;
   }
+  if (signal && signal.aborted) throw new DOMException("the request was abandoned", "AbortError");
   if (!res.ok) throw new ApiError(res.status, data);
   return data;
 }
@@ -393,6 +399,11 @@ function showError(message) {
 
 async function run(task) {
   if (busy) return;
+  running = runNow(task);
+  await running;
+}
+
+async function runNow(task) {
   busy = true;
   following += 1; // this page changes the game now: stop watching it
   watching = false;
@@ -401,6 +412,7 @@ async function run(task) {
   try {
     await task();
   } catch (err) {
+    if (err.name === "AbortError") return; // abandoned for a new game, which is shown next
     showError(err.message);
     thinking = false;
     selected = null;
@@ -476,9 +488,18 @@ async function watch(mine, id, version) {
 
 async function askModel() {
   thinking = true;
+  asking = new AbortController();
   renderStatus();
-  const next = await api("POST", `/${state.id}/model-move`, { version: state.version });
+  renderButtons();
+  let next;
+  try {
+    next = await api("POST", `/${state.id}/model-move`, { version: state.version },
+      asking.signal);
+  } finally {
+    asking = null;
+  }
   thinking = false;
+  renderButtons();
   await animateTo(next);
 }
 
@@ -642,7 +663,16 @@ function onBoardKey(evt) {
 
 svg.addEventListener("click", onBoardClick);
 svg.addEventListener("keydown", onBoardKey);
-el("new-game").addEventListener("click", () => run(newGame));
+// While the model thinks, New game abandons that request (its reply, for the old game, is never
+// shown; the server still plays it there) and starts the game once the request has ended.
+el("new-game").addEventListener("click", async () => {
+  if (asking) {
+    wanted = null; // New game is the last word, not a game put in the URL meanwhile
+    asking.abort();
+    await running;
+  }
+  run(newGame);
+});
 // Enter in the FEN box starts the game from it, as a form would (New game, if it may run now)
 el("fen").addEventListener("keydown", (evt) => {
   if (evt.key !== "Enter" || evt.isComposing) return;
