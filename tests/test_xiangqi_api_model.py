@@ -497,6 +497,104 @@ def test_a_check_that_only_repeats_once_more_stays_an_option() -> None:
     assert set(repetition_safe_moves(board)) == set(board.legal_moves)
 
 
+def _with_clock(fen: str, clock: int) -> str:
+    """``fen`` with its halfmove clock (plies without a capture) set to ``clock``."""
+    fields = fen.split()
+    return " ".join([*fields[:3], "-", str(clock), fields[5]])
+
+
+def _ends_by_repetition_against(board: Board, us: bool) -> bool:
+    outcome = board.outcome()
+    return (outcome is not None and outcome.winner != us
+            and outcome.termination.name in ("REPETITION", "DRAW_REPETITION"))
+
+
+def _rules_safe_moves(board: Board) -> set[Move]:
+    """``repetition_safe_moves`` by brute force from ``Board.outcome``: a move is left out when
+    the game ends on it by a repetition the mover loses or draws, or, when the game goes on, a
+    reply ends it so; all moves when every one is left out."""
+    us, legal, safe = board.turn, board.legal_moves, set()
+    for move in legal:
+        board.push(move)
+        if board.outcome() is not None:
+            bad = _ends_by_repetition_against(board, us)
+        else:
+            bad = False
+            for reply in board.legal_moves:
+                board.push(reply)
+                bad = bad or _ends_by_repetition_against(board, us)
+                board.pop()
+        board.pop()
+        if not bad:
+            safe.add(move)
+    return safe or set(legal)
+
+
+def _perpetual_red_at_clock(clock: int) -> Board:
+    """PERPETUAL_RED started ``clock`` plies after the last capture, six plies of it played: Red
+    to move, whose a9a8 checks again and lets Black's e8e9 make the third occurrence Red loses."""
+    fen, cycle = PERPETUAL_RED
+    board = Board(_with_clock(fen, clock))
+    for iccs in (cycle * 2)[:6]:
+        board.push_iccs(iccs)
+    return board
+
+
+def _every_move_draws_by_the_no_capture_rule(board: Board) -> bool:
+    ends = []
+    for move in board.legal_moves:
+        board.push(move)
+        outcome = board.outcome()
+        ends.append(outcome is not None and outcome.termination.name == "NO_CAPTURE_120")
+        board.pop()
+    return all(ends)
+
+
+def test_a_move_that_draws_by_the_no_capture_rule_is_not_judged_by_replies_after_it() -> None:
+    # At 119 plies without a capture Red's a9a8 is the 120th, and Board.outcome() ends the game
+    # there by the no-capture draw (no black piece can be taken, so every Red move does). Black's
+    # reply e8e9 is never played, yet the filter left a9a8 out for it.
+    board = _perpetual_red_at_clock(113)
+    assert board.halfmove_clock == 119 and board.outcome() is None
+    assert _every_move_draws_by_the_no_capture_rule(board)
+    assert set(repetition_safe_moves(board)) == set(board.legal_moves)
+    # a ply earlier the game goes on after a9a8, and the reply's third occurrence is real
+    board = _perpetual_red_at_clock(112)
+    assert set(repetition_safe_moves(board)) == set(board.legal_moves) - {
+        board.parse_iccs("a9a8")}
+
+
+def test_the_guided_player_judges_a_move_that_draws_by_the_no_capture_rule_by_that_draw() -> None:
+    # the same position for sound_moves: a9a8 reaches the second occurrence of a position of
+    # Red's perpetual check, which was vetoed as a repetition, though the game ends on it by the
+    # 120-ply draw as on every other move (a margin that keeps every move within it)
+    from apps.xiangqi.model_player import _repetition_classes
+
+    board = _perpetual_red_at_clock(113)
+    check = board.parse_iccs("a9a8")
+    assert sound_moves(board, SearchConfig(depth=1), margin=1000.0) == set(board.legal_moves)
+    assert _repetition_classes(board, {check}) == ({check}, {check})
+    board = _perpetual_red_at_clock(112)  # a ply earlier: a repetition Red loses, as before
+    assert _repetition_classes(board, {check}) == (set(), set())
+    assert check not in sound_moves(board, SearchConfig(depth=1), margin=1000.0)
+
+
+@pytest.mark.parametrize("game", [PERPETUAL_RED, PERPETUAL_RED_OWN, QUIET_CYCLE])
+@pytest.mark.parametrize("clock", [100, 110, 112, 113, 114, 115, 116])
+def test_the_repetition_filter_agrees_with_the_rules_one_and_two_plies_deep(
+    game: tuple[str, list[str]], clock: int
+) -> None:
+    # every position of two rounds of the cycle, started `clock` plies after the last capture:
+    # up to the 120-ply draw, where a repetition takes precedence over it
+    fen, cycle = game
+    board = Board(_with_clock(fen, clock))
+    for iccs in cycle * 2:
+        if board.outcome() is not None:
+            break
+        assert set(repetition_safe_moves(board)) == _rules_safe_moves(board), board.move_stack
+        board.push_iccs(iccs)
+
+
 def test_the_guided_player_keeps_a_mate_in_one() -> None:
     # e3d3 mates; i2i4 takes a horse and mates a move later. The search scored the slower mate
     # higher (the horse added to the mate score), so at margin 0 the mate in one was vetoed

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import Color, Move
+from apps.xiangqi.outcome import Outcome, Termination
 from apps.xiangqi.pooling import (
     POOL_FROM_PLY,
     ImageQuestion,
@@ -213,7 +214,8 @@ def repetition_safe_moves(board: Board) -> list[Move]:
     so the model cannot see either coming; this is the rules' verdict one reply deep, not a
     search (material and mates are not looked at). A draw is avoided too: the model never chose
     it, and against the baseline players avoiding it wins more than it loses
-    (docs/xiangqi-model.md).
+    (docs/xiangqi-model.md). A move that ends the game itself (:meth:`Board.outcome`: a mate,
+    the 120-ply draw, a repetition) is judged by that end alone: no reply follows it.
     """
     legal = board.legal_moves
     if not board.has_repeated_position():  # no third occurrence is two plies away
@@ -222,10 +224,12 @@ def repetition_safe_moves(board: Board) -> list[Move]:
     work = board.copy()
     safe = []
     for move in legal:
-        if _completes_threefold(work, move, us):
-            continue
         work.push(move)
-        ends = _a_reply_completes_threefold(work, us)
+        outcome = work.outcome()
+        if outcome is not None:  # the game ends on this move
+            ends = _lost_or_drawn_by_repetition(outcome, us)
+        else:
+            ends = _a_reply_completes_threefold(work, us)
         work.pop()
         if not ends:
             safe.append(move)
@@ -295,13 +299,20 @@ def _repetition_classes(board: Board, moves: set[Move]) -> tuple[set[Move], set[
     position's third occurrence that the mover does not win. The search does not see the
     repetition rule, and a player ahead in material that keeps checking loses by it (perpetual
     check); one that is checked perpetually wins by it, and must not give material away to
-    escape the repetition."""
+    escape the repetition. A move that ends the game itself (a mate, the 120-ply draw, a
+    repetition) is judged by :meth:`Board.outcome` alone, no reply or cycle following it: in
+    neither set when that end is a repetition the mover loses or draws, else in both."""
     us = board.turn
     work = board.copy()
     fresh, safe = set(), set()
     for move in moves:
         work.push(move)
-        if work.repetition_count() == 1 or _repeats_to_win(work, us):
+        outcome = work.outcome()
+        if outcome is not None:  # the game ends on this move
+            if not _lost_or_drawn_by_repetition(outcome, us):
+                fresh.add(move)
+                safe.add(move)
+        elif work.repetition_count() == 1 or _repeats_to_win(work, us):
             fresh.add(move)
             if not _a_reply_completes_threefold(work, us):
                 safe.add(move)
@@ -321,12 +332,16 @@ def _completes_threefold(board: Board, move: Move, us: Color) -> bool:
     """Whether ``move`` makes a position's third occurrence that ``us`` does not win."""
     board.push(move)
     try:
-        if not board.is_repetition(3):
-            return False
-        outcome = board.outcome()
-        return outcome is None or outcome.winner != us
+        return board.is_repetition(3) and _lost_or_drawn_by_repetition(board.outcome(), us)
     finally:
         board.pop()
+
+
+def _lost_or_drawn_by_repetition(outcome: Outcome | None, us: Color) -> bool:
+    """Whether ``outcome`` ends the game by repetition and not in ``us``'s favour. Repetition
+    comes before the 120-ply draw in :meth:`Board.outcome`, a mate before both."""
+    return (outcome is not None and outcome.winner != us
+            and outcome.termination in (Termination.REPETITION, Termination.DRAW_REPETITION))
 
 
 def _repeats_to_win(board: Board, us: Color) -> bool:
