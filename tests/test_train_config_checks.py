@@ -122,6 +122,115 @@ def test_val_groups_beyond_the_split_are_refused_before_any_file(tmp_path: Path)
     assert not (tmp_path / "run").exists()
 
 
+# Sizes and counts past their bound: each was accepted when the config was read, then failed
+# late (after the tokenizer was written) or never finished.
+@pytest.mark.parametrize(("section", "key", "value", "bound"), [
+    ("run", "threads", 2**31, "1,024"),  # torch.set_num_threads: an overflow, after the tokenizer
+    ("run", "threads", 100_000, "1,024"),  # a panic of the tokenizer's thread pool
+    ("optim", "batch_size", 10**30, "1,048,576"),  # building the first batch never finished
+    ("run", "length_window", 10**30, "1,048,576"),  # nor the first window
+    ("run", "denoise_draws", 10**30, "1,024"),  # nor the first step's draws
+    ("run", "max_steps", 10**30, "1,000,000,000,000"),
+    ("run", "log_every", 10**30, "1,000,000,000,000"),
+    ("run", "eval_every", 10**30, "1,000,000,000,000"),
+    ("run", "early_stop_step", 10**30, "1,000,000,000,000"),
+    ("run", "early_stop_step", -1, "[0, 1,000,000,000,000]"),
+    ("optim", "warmup_steps", 10**30, "1,000,000,000,000"),  # an lr of 1e-30 throughout
+    ("data", "level1_steps", 10**30, "1,000,000,000,000"),
+    ("data", "curriculum_ramp_steps", -1, "[0, 1,000,000,000,000]"),
+    ("data", "doc_block_max", 10**30, "1,048,576"),
+    ("tokenizer", "corpus_groups", 10**30, "10,000,000"),  # generating the corpus never finished
+    ("model", "hidden_size", 2**62, "1,048,576"),  # a storage-size overflow in torch
+    ("model", "num_segments", 2**62, "1,048,576"),
+    ("model", "num_experts", 2**31, "1,048,576"),  # an allocation error
+    ("model", "num_hidden_layers", 10**30, "10,000"),  # reading the config never finished
+    ("model", "max_position_embeddings", 2**31, "2,147,483,647"),
+])
+def test_sizes_past_their_bound_are_refused_in_one_line_naming_it(
+    tmp_path: Path, section: str, key: str, value: int, bound: str
+) -> None:
+    with pytest.raises(DecisionInputError) as err:
+        config_from_dict(tiny_raw(tmp_path, **{section: {key: value}}))
+    assert err.value.field == f"{section}.{key}"
+    message = str(err.value)
+    assert message.startswith(f"{section}.{key} must ") and bound in message
+    assert str(value) in message and "\n" not in message
+
+
+def test_the_bounds_themselves_and_large_real_runs_load(tmp_path: Path) -> None:
+    """The bounds refuse no run that could work: a GPU run of large batches and a run of years
+    load, as do the values at each bound."""
+    from decision.train.config import (
+        MAX_BLOCK,
+        MAX_CORPUS,
+        MAX_DRAWS,
+        MAX_POSITIONS,
+        MAX_ROWS,
+        MAX_STEPS,
+        MAX_THREADS,
+        MAX_WIDTH,
+    )
+
+    big = tiny_raw(tmp_path, run={"threads": MAX_THREADS, "max_steps": MAX_STEPS,
+                                  "log_every": MAX_STEPS, "eval_every": MAX_STEPS,
+                                  "early_stop_step": MAX_STEPS, "denoise_draws": MAX_DRAWS,
+                                  "length_window": 1},
+                   optim={"batch_size": MAX_ROWS, "warmup_steps": MAX_STEPS},
+                   data={"level1_steps": MAX_STEPS, "curriculum_ramp_steps": MAX_STEPS,
+                         "doc_block_min": MAX_BLOCK, "doc_block_max": MAX_BLOCK},
+                   tokenizer={"corpus_groups": MAX_CORPUS})
+    cfg = config_from_dict(big)
+    assert (cfg.optim.batch_size, cfg.run.threads) == (MAX_ROWS, MAX_THREADS)
+    gpu = tiny_raw(tmp_path, optim={"batch_size": 4096}, run={"length_window": 256},
+                   model={"max_position_embeddings": 10_485_760, "intermediate_size": 53_248})
+    assert config_from_dict(gpu).run.length_window == 256
+    for key in ("hidden_size", "num_segments", "right_conv_kernel"):
+        config_from_dict(tiny_raw(tmp_path, model={key: MAX_WIDTH}))
+    config_from_dict(tiny_raw(tmp_path, model={"max_position_embeddings": MAX_POSITIONS}))
+
+
+def test_a_config_of_too_many_layers_is_refused_before_its_layer_list_is_built() -> None:
+    """Without ``layer_types``, DecisionConfig builds one entry a layer before it checks the
+    count: reading ``num_hidden_layers = 10**30`` never finished."""
+    with pytest.raises(DecisionInputError, match=r"^model.num_hidden_layers must be at most "
+                       r"10,000, got 10{30}$") as err:
+        config_from_dict({"model": {"num_hidden_layers": 10**30}})
+    assert err.value.field == "model.num_hidden_layers"
+
+
+def test_rows_sorted_together_are_bounded(tmp_path: Path) -> None:
+    """A length-sorted window builds batch_size * length_window rows before its first step."""
+    raw = tiny_raw(tmp_path, optim={"batch_size": 2**12}, run={"length_window": 2**9})
+    with pytest.raises(DecisionInputError, match=r"^optim.batch_size \* run.length_window .* "
+                       r"at most 1,048,576, got 2,097,152$") as err:
+        config_from_dict(raw)
+    assert err.value.field == "run.length_window"
+
+
+def test_max_steps_flag_is_bounded() -> None:
+    """``--max-steps 10**30`` was taken: a run that never stopped on its own."""
+    from decision.train.config import check_max_steps
+
+    assert check_max_steps(10**12) == 10**12
+    with pytest.raises(DecisionInputError, match="--max-steps must be at most 1,000,000,000,000"):
+        check_max_steps(10**30)
+
+
+def test_too_many_threads_is_one_line_before_any_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run.threads`` 2**31 was a ValueError traceback from torch.set_num_threads, after the
+    run directory and its tokenizer had been written."""
+    from decision.train.cli import main
+
+    config = tmp_path / "threads.json"
+    config.write_text(json.dumps(tiny_raw(tmp_path / "run", run={"threads": 2**31})))
+    assert main(["--config", str(config)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == "error: run.threads must be at most 1,024, got 2147483648"
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(("flag", "what"), [
     ("--out-dir", "a run directory"), ("--init-from", "a model directory"),
     ("--export", "a directory"), ("--device", "a device"),
@@ -229,6 +338,22 @@ def test_player_config_refuses(tmp_path: Path, text: str, field: str) -> None:
     with pytest.raises(DecisionInputError) as err:
         load_player_config(path)
     assert err.value.field == field
+
+
+@pytest.mark.parametrize(("key", "bound"), [
+    ("train_positions", "1,000,000,000"),  # an OverflowError from random.choices, late
+    ("tokenizer_positions", "10,000,000"),
+    ("val_positions", "100,000"),
+])
+def test_player_position_counts_are_bounded(tmp_path: Path, key: str, bound: str) -> None:
+    from apps.xiangqi.train_player import load_player_config
+
+    with pytest.raises(DecisionInputError) as err:
+        load_player_config(player_config(tmp_path, **{key: 10**30}))
+    assert err.value.field == f"xiangqi.{key}"
+    assert str(err.value) == f"xiangqi.{key} must be at most {bound}, got {10**30}"
+    load_player_config(player_config(tmp_path, train_positions=10**9, val_positions=100_000,
+                                      tokenizer_positions=10_000_000))
 
 
 @pytest.mark.parametrize(("section", "key", "value"), [

@@ -61,8 +61,10 @@ from decision.model.checkpoint import INDEX_NAME
 from decision.tokenizer import special_ids, train_tokenizer
 from decision.train.cli import check_flags, exit_status, interrupted
 from decision.train.config import (
+    MAX_CORPUS,
     TrainConfig,
     build_section,
+    check_at_most,
     check_device,
     config_from_dict,
     read_config_file,
@@ -99,6 +101,11 @@ MODEL_FILES = ("config.json", "tokenizer.json")
 # only by a fresh run); a resume that changes any other says the rows change (resume_notes)
 NOT_DATA_KEYS = frozenset({"xiangqi.valid_games", "xiangqi.val_positions",
                            "xiangqi.tokenizer_positions"})
+# Upper bounds of the position counts, far above any real run (which draws 400,000): past them
+# a run could only fail late (10**30 train_positions was an OverflowError from random.choices
+# once the games were read and the tokenizer written)
+MAX_TRAIN_POSITIONS = 10**9  # a list of (game, ply) references: ~130 bytes each, 130 GB here
+MAX_VAL_POSITIONS = 100_000  # each decided every eval_every steps (the shipped runs: 32)
 
 
 @dataclass
@@ -177,6 +184,10 @@ def load_player_config(path: str | Path) -> tuple[TrainConfig, XiangqiSection]:
             "xiangqi.train_positions, tokenizer_positions and val_positions must be >= 1",
             "xiangqi",
         )
+    check_at_most("xiangqi.train_positions", xq.train_positions, MAX_TRAIN_POSITIONS)
+    check_at_most("xiangqi.tokenizer_positions", xq.tokenizer_positions, MAX_CORPUS)  # as
+    # tokenizer.corpus_groups: each a game replayed to its ply and rendered
+    check_at_most("xiangqi.val_positions", xq.val_positions, MAX_VAL_POSITIONS)
     if not xq.fragment_weight >= 0:
         raise DecisionInputError("xiangqi.fragment_weight must be >= 0", "xiangqi.fragment_weight")
     if not 0.0 <= xq.teacher_share <= 1.0:

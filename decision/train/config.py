@@ -22,6 +22,21 @@ from decision.train.masking import LOSS_WEIGHTINGS
 
 TASKS = ("contracts", "xiangqi")  # data.task: which driver's rows (decision train: contracts)
 MAX_VOCAB = 1 << 20  # tokenizer.vocab_size: the BPE trainer allocates for the size asked
+# Upper bounds of the sizes and counts: each far above any real run (a GPU run's batches, a run
+# of years), so that a value past one is a typo. Such values were accepted when the config was
+# read and failed late: torch.set_num_threads(2**31) raised an OverflowError after the tokenizer
+# was written, a batch of 10**30 rows, 10**30 noise draws or tokenizer groups never finished,
+# a [model] width of 2**62 overflowed torch's storage size and 10**30 layers hung the config read.
+MAX_THREADS = 1024  # run.threads: above the 768 logical CPUs of the largest 2-socket servers
+MAX_STEPS = 10**12  # step counts: 30 years at 1 ms a step; step * MAX_ROWS fits int64
+MAX_ROWS = 1 << 20  # optim.batch_size * run.length_window: the rows built and held at once
+MAX_DRAWS = 1024  # run.denoise_draws: each draw keeps its block activations until backward
+MAX_BLOCK = 1 << 20  # data.doc_block_min/max: tokens; a contract document has a few hundred
+MAX_CORPUS = 10_000_000  # tokenizer.corpus_groups: the TRAIN split's seeds, ~11 GB of text
+# [model] sizes (hidden_size, heads, experts, ...): real models' largest is ~53,000 (an MLP's
+# width); two sizes at this bound already make one matrix of 4 TB
+MAX_WIDTH = 1 << 20
+MAX_POSITIONS = (1 << 31) - 1  # model.max_position_embeddings: positions an int32 index reaches
 
 
 @dataclass
@@ -262,11 +277,25 @@ def _check_model(fields: dict[str, Any]) -> None:
             raise DecisionInputError(
                 f"model.{key} must be {_type_name(hints[key])}, got {value!r}", f"model.{key}"
             )
+        bound = _model_bound(key) if hints[key] is int else None
+        if bound is not None and value > bound:  # before DecisionConfig builds a layer list
+            raise DecisionInputError(
+                f"model.{key} must be at most {bound:,}, got {value}", f"model.{key}")
     try:
         DecisionConfig(**fields)
     except (CheckpointError, TypeError, ValueError) as exc:
         message = str(exc).removeprefix("config.json: ")
         raise DecisionInputError(f"config section [model]: {message}", "model") from None
+
+
+def _model_bound(key: str) -> int | None:
+    """The largest value an int field of the [model] section may take (None: no bound here;
+    ``vocab_size`` comes from the tokenizer, whose ``tokenizer.vocab_size`` is bounded)."""
+    from decision.model.config import MAX_LAYERS
+
+    bounds = {"vocab_size": None, "num_hidden_layers": MAX_LAYERS,
+              "max_position_embeddings": MAX_POSITIONS}
+    return bounds.get(key, MAX_WIDTH)
 
 
 def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
@@ -306,6 +335,9 @@ def check_max_steps(steps: int | None) -> int | None:
     error (a run asked to stop at step 0 or before would only rewrite its checkpoint)."""
     if steps is not None and steps < 1:
         raise DecisionInputError(f"--max-steps must be >= 1, got {steps}", "max_steps")
+    if steps is not None and steps > MAX_STEPS:
+        raise DecisionInputError(f"--max-steps must be at most {MAX_STEPS:,}, got {steps}",
+                                 "max_steps")
     return steps
 
 
@@ -333,8 +365,40 @@ def _check_finite(cfg: TrainConfig) -> None:
             raise DecisionInputError(f"{key} must be a finite number, got {value!r}", key)
 
 
+def check_at_most(key: str, value: int, bound: int, least: int | None = None) -> None:
+    """Refuse ``value`` of ``key`` above ``bound`` (or, with ``least``, outside [least, bound])
+    in one line that names the bound."""
+    if least is not None and not least <= value <= bound:
+        raise DecisionInputError(f"{key} must lie in [{least}, {bound:,}], got {value}", key)
+    if value > bound:
+        raise DecisionInputError(f"{key} must be at most {bound:,}, got {value}", key)
+
+
+def _check_bounds(cfg: TrainConfig) -> None:
+    """The upper bounds (MAX_*) of the sizes and counts; lower ones are checked in _check."""
+    d, o, r, t = cfg.data, cfg.optim, cfg.run, cfg.tokenizer
+    check_at_most("run.threads", r.threads, MAX_THREADS)
+    check_at_most("optim.batch_size", o.batch_size, MAX_ROWS)
+    check_at_most("run.length_window", r.length_window, MAX_ROWS)
+    if o.batch_size >= 1 and r.length_window >= 1 and o.batch_size * r.length_window > MAX_ROWS:
+        raise DecisionInputError(
+            f"optim.batch_size * run.length_window (the rows sorted together) must be at most "
+            f"{MAX_ROWS:,}, got {o.batch_size * r.length_window:,}", "run.length_window")
+    check_at_most("run.denoise_draws", r.denoise_draws, MAX_DRAWS)
+    for key, value in (("run.max_steps", r.max_steps), ("run.log_every", r.log_every),
+                       ("run.eval_every", r.eval_every), ("optim.warmup_steps", o.warmup_steps)):
+        check_at_most(key, value, MAX_STEPS)
+    for key, value in (("run.early_stop_step", r.early_stop_step),
+                       ("data.level1_steps", d.level1_steps),
+                       ("data.curriculum_ramp_steps", d.curriculum_ramp_steps)):
+        check_at_most(key, value, MAX_STEPS, least=0)
+    check_at_most("data.doc_block_max", d.doc_block_max, MAX_BLOCK)
+    check_at_most("tokenizer.corpus_groups", t.corpus_groups, MAX_CORPUS)
+
+
 def _check(cfg: TrainConfig) -> None:
     _check_finite(cfg)
+    _check_bounds(cfg)
     d, o, r = cfg.data, cfg.optim, cfg.run
     shares = (d.p_joint, d.p_standalone, d.p_document)
     if min(shares) < 0 or sum(shares) <= 0:
