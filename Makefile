@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed
 # where `make serve` listens: `make serve PORT=8080` (or HOST=0.0.0.0) changes it
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# where the CPU torch comes from: empty takes pip's own configuration (on these machines a local
+# wheel); from plain PyPI, whose Linux torch bundles ~2 GB of CUDA libraries, name PyTorch's CPU
+# index: make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 
 .PHONY: venv test serve lint clean
 
@@ -24,7 +28,7 @@ $(STAMP): pyproject.toml
 		echo "GPU found: installing torch from the project's range"; \
 	else \
 		echo "no GPU: installing the CPU build torch==2.13.0"; \
-		$(PY) -m pip install -q torch==2.13.0; \
+		$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)); \
 	fi
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
