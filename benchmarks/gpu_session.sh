@@ -12,6 +12,7 @@
 #   bash benchmarks/gpu_session.sh train
 set -uo pipefail
 part=${1:?usage: gpu_session.sh prepare|checks|train}
+case $part in prepare|checks|train) ;; *) echo "unknown part $part: prepare, checks or train"; exit 2;; esac
 out=${OUT:-runs/gpu-session}
 device=${DEVICE:-cuda}
 probe_steps=${PROBE_STEPS:-60}

@@ -204,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         table(cells),
         "",
         f"Latency percentiles are nearest-rank over the {args.requests} requests of a cell "
-        "(after 4 warm-up requests); mean batch is requests per `decide_many` call, from the "
-        "server's `/metrics`.",
+        f"(after {min(4, args.requests)} warm-up requests); mean batch is requests per "
+        "`decide_many` call, from the server's `/metrics`.",
         "",
     ])
     print(report)
