@@ -145,6 +145,7 @@ class _Tensors:
         self.meta: dict[str, tuple[str, list[int]]] = {}
         self._handles: dict[Path, Any] = {}
         self._stack = stack
+        self._listed: dict[str, str] | None = None  # the index's weight_map, where there is one
         self.files = self._files()
         for file in self.files:
             for name, meta in _inspect_safetensors(file).items():
@@ -160,10 +161,10 @@ class _Tensors:
     def _check_index(self) -> None:
         """The index's weight_map names where each tensor is, as the shards' headers do: a shard
         from another save (or an index edited by hand) loads here but not in other tools."""
-        index = self.directory / INDEX_NAME
-        if not index.exists():
+        listed = self._listed
+        if listed is None:
             return
-        listed = _weight_map(index)
+        index = self.directory / INDEX_NAME
         for name, file in self.where.items():
             if listed.get(name) != file.name:
                 where = f"under {listed[name]}" if name in listed else "nowhere"
@@ -180,7 +181,8 @@ class _Tensors:
     def _files(self) -> list[Path]:
         index = self.directory / INDEX_NAME
         if index.exists():
-            files = [self.directory / n for n in _shard_names(index)]
+            self._listed = _weight_map(index)
+            files = [self.directory / n for n in sorted(set(self._listed.values()))]
             if not files:
                 raise CheckpointError(f"{index}: invalid index (its weight_map lists no shard)")
             for f in files:
@@ -232,11 +234,6 @@ def _weight_map(index: Path) -> dict[str, str]:
                 f"the checkpoint directory)"
             )
     return dict(items)
-
-
-def _shard_names(index: Path) -> list[str]:
-    """The shard file names an index's weight_map lists."""
-    return sorted(set(_weight_map(index).values()))
 
 
 # ---------------------------------------------------------------------------- name mapping
