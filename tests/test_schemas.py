@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -383,3 +386,15 @@ def test_choice_options_read_as_text(ctx) -> None:
     assert automaton.budget == max(len(ctx.canonical_ids(o)) for o in answer.options()) > 1
     assert ctx.special.eos not in ctx.canonical_ids("[EOS]")
     assert ctx.text(ctx.canonical_ids("<a1>")) == "<a1>"
+
+
+def test_a_system_without_rlimits_is_told_what_it_needs() -> None:
+    # Windows has no `resource` module: importing the compiler was a bare ModuleNotFoundError
+    code = ("import sys; sys.modules['resource'] = None\n"
+            "try:\n    import decision.schemas.compile\n"
+            "except ImportError as exc:\n    print(type(exc).__name__, exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ImportError decision runs on Linux or macOS"), proc.stdout
+    assert "WSL" in proc.stdout

@@ -14,12 +14,19 @@ import hashlib
 import math
 import multiprocessing
 import os
-import resource
 import signal
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+
+try:
+    import resource
+except ImportError:  # Windows: no rlimits (nor fork)
+    raise ImportError(
+        "decision runs on Linux or macOS: answer schemas are compiled in a forked child under CPU "
+        "and memory limits (the resource module), which this system has not; on Windows use WSL"
+    ) from None
 
 import torch
 from outlines_core import Index, Vocabulary
