@@ -7,6 +7,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from fastapi import FastAPI
@@ -351,7 +352,7 @@ def test_the_service_mounts_the_page_and_the_routes() -> None:
             assert c.get(f"/contracts/{asset}").status_code == 200
         assert c.get("/api/contracts/presets").status_code == 200
         assert c.post("/api/contracts/check", json={"preset": "x", "answers": {}}).json() == {
-            "error": {"type": "validation_error", "field": "preset",
+            "error": {"type": "validation_error", "field": "preset", "request_id": ANY,
                       "message": "unknown preset 'x'; expected one of ['lease', 'nda', "
                                  "'services']"}}
 

@@ -10,7 +10,7 @@ The service (``decision.serve.app``) includes ``router`` and mounts ``static_dir
   and the terminal demo share one implementation of the rules (``apps.contracts.presets``).
 
 Bad input raises ``DecisionInputError``; the service's handlers answer it as
-``{"error": {"type", "message", "field"}}`` with status 422.
+``{"error": {"type", "message", "field", "request_id"}}`` with status 422.
 """
 
 from __future__ import annotations

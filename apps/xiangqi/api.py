@@ -8,11 +8,11 @@ one game never corrupt it. A change of a game whose lock another request holds i
 ``game_busy``) rather than waiting, so no route thread waits for a game's lock (model moves
 share the one model and wait for each other: it answers one position at a time).
 
-Errors are JSON ``{"error": {"type", "message", "field", "legal_moves"?}}``: 404 unknown game,
-409 a move out of turn / on a finished game / on a stale version / on a busy game, 422 bad input
-(illegal move, malformed FEN, bad field). A body that is not read as JSON is answered as
-``/decide`` answers it (:func:`decision.serve.errors.body_error_response`): 400 invalid or empty,
-415 not sent as ``application/json``.
+Errors are JSON ``{"error": {"type", "message", "field", "request_id", "legal_moves"?}}``: 404
+unknown game, 409 a move out of turn / on a finished game / on a stale version / on a busy game,
+422 bad input (illegal move, malformed FEN, bad field). A body that is not read as JSON is
+answered as ``/decide`` answers it (:func:`decision.serve.errors.body_error_response`): 400
+invalid or empty, 415 not sent as ``application/json``.
 """
 
 from __future__ import annotations
@@ -59,9 +59,11 @@ from decision.serve.api import INVALID_REQUEST_RESPONSES
 from decision.serve.errors import (
     BodyLimitMiddleware,
     body_error_response,
+    error_body,
     error_response,
     install_error_handlers,
 )
+from decision.serve.request_id import install_request_ids
 from decision.serve.settings import ServeSettings
 
 # The service mounts ``static_dir`` at ``static_url`` (decision.serve.app): the web board.
@@ -85,10 +87,8 @@ class GameApiError(Exception):
         self.legal_moves = legal_moves
 
     def body(self) -> dict[str, Any]:
-        err: dict[str, Any] = {"type": self.kind, "message": self.message, "field": self.field}
-        if self.legal_moves is not None:
-            err["legal_moves"] = self.legal_moves
-        return {"error": err}
+        extra = {} if self.legal_moves is None else {"legal_moves": self.legal_moves}
+        return error_body(self.kind, self.message, self.field, **extra)
 
 
 class _GivenUp(Exception):
@@ -413,9 +413,7 @@ class _JsonErrorRoute(APIRoute):
             except RequestValidationError as e:
                 return _validation_response(e, request, fields)
             except DecisionInputError as e:
-                body = {"error": {"type": "validation_error", "message": e.message,
-                                  "field": e.field}}
-                return JSONResponse(body, status_code=422)
+                return error_response(422, "validation_error", e.message, e.field)
             finally:
                 _answer.reset(token)
 
@@ -611,6 +609,7 @@ def create_app(
     # the service's JSON error shape for what the routes do not answer themselves: an unknown
     # path or method, an unexpected failure (a plain-text 500 before)
     install_error_handlers(app)
+    install_request_ids(app)
     app.include_router(router)
     app.mount(static_url, StaticFiles(directory=static_dir, html=True), name="xiangqi:static")
     configure(app, GameStore(db_path), player if player is not None else player_from_setting)

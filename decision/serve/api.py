@@ -122,6 +122,9 @@ class ErrorDetail(BaseModel):
     type: str
     message: str
     field: str | None = None
+    request_id: str | None = Field(
+        default=None, description="The response's X-Request-ID, to find the request in the log."
+    )
 
 
 class ErrorBody(BaseModel):

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from decision.serve.api import DecideBody, DecideResponse, ErrorBody, HealthBody, ModelsBody
 from decision.serve.errors import BodyLimitMiddleware, install_error_handlers
+from decision.serve.request_id import install_request_ids
 from decision.serve.service import DecisionService, ServiceDep, ServiceEngine
 from decision.serve.settings import ServeSettings
 
@@ -218,4 +219,5 @@ def create_app(
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(_OutcomeMiddleware, service=service)
+    install_request_ids(app)  # outside every layer, so every answer (a crash's 500 too) has one
     return app

@@ -1,4 +1,5 @@
-"""Error responses: every failure leaves as ``{"error": {"type", "message", "field"}}``.
+"""Error responses: every failure leaves as ``{"error": {"type", "message", "field",
+"request_id"}}``, ``request_id`` the answer's ``X-Request-ID`` (:mod:`decision.serve.request_id`).
 
 Status codes: 400 malformed JSON or no body, 404/405 unknown route or method (a 405 names the
 allowed methods in its message and ``Allow`` header), 413 body over the
@@ -9,6 +10,7 @@ outlived its timeout, 500 only for a fault of the service itself.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +22,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from decision.errors import CompileBusyError, DecisionInputError
+from decision.serve.request_id import current_request_id
+
+log = logging.getLogger("decision.serve")
 
 
 class ServiceError(Exception):
@@ -33,15 +38,19 @@ class ServiceError(Exception):
         self.field = field
 
 
+def error_body(kind: str, message: str, field: str | None = None, **extra: Any) -> dict[str, Any]:
+    """The body of every error: ``{"error": {"type", "message", "field", "request_id", **extra}}``,
+    ``request_id`` the id of the request being answered (None outside ``RequestIdMiddleware``)."""
+    error = {"type": kind, "message": message, "field": field, "request_id": current_request_id()}
+    return {"error": {**error, **extra}}
+
+
 def error_response(
     status: int, kind: str, message: str, field: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"type": kind, "message": message, "field": field}},
-        status_code=status,
-        headers=headers,
-    )
+    """An error answer: :func:`error_body` with its status and headers."""
+    return JSONResponse(error_body(kind, message, field), status_code=status, headers=headers)
 
 
 def _field_path(loc: Sequence[Any]) -> str | None:
@@ -168,9 +177,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _on_crash(_: Request, exc: Exception) -> JSONResponse:
-        # not logged here: Starlette raises the exception on after this answer, and the server
-        # logs it with its traceback (uvicorn: "Exception in ASGI application"); logging it here
-        # too printed every crash's traceback twice
+        # The traceback is not logged here: Starlette raises the exception on after this answer,
+        # and the server logs it with its traceback (uvicorn: "Exception in ASGI application");
+        # logging it here too printed every crash's traceback twice. This line names the request
+        # id the client got, and so does a note at the end of that traceback.
+        request_id = current_request_id()
+        log.error("request %s answered 500 internal_error: %s (traceback logged by the server)",
+                  request_id, type(exc).__name__)
+        if request_id is not None:
+            exc.add_note(f"request id: {request_id}")
         return error_response(500, "internal_error", f"internal error: {type(exc).__name__}")
 
 
