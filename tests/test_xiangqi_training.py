@@ -397,6 +397,34 @@ def test_match_on_tiny_model_plays_only_legal_moves(tiny: Any) -> None:
         play_match(tiny, "minimax", games=1)
 
 
+def test_agreement_and_matches_show_their_progress(
+    games: list[GameRecord], tiny: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 10,000-position agreement ran half an hour, a match minutes, without a word until the
+    end: a bar on stderr counts positions / games (``--quiet``: none)."""
+    import io
+
+    from decision.scoring.progress import Progress
+
+    stream = io.StringIO()
+    bar = Progress(5, label="agreement", unit="positions", stream=stream)
+    agreement(tiny, agreement_sample(games, 5, seed=1), set(), batch_size=2, bar=bar)
+    assert bar.done == 5 and "5/5 positions" in stream.getvalue()  # 2 + 2 + 1
+    stream = io.StringIO()
+    bar = Progress(2, label="match", unit="games", stream=stream)
+    play_match(tiny, "random", games=2, max_plies=4, concurrency=2, bar=bar)
+    assert bar.done == 2 and "2/2 games" in stream.getvalue()
+    from apps.xiangqi.evaluate import main as evaluate_main
+
+    model = Path(__file__).resolve().parents[1] / "models" / "xiangqi"
+    args = ["--model", str(model), "agreement", "--positions", "3", "--valid-games", str(VALID),
+            "--train-games", str(VALID), "--keys-cache", str(tmp_path / "keys.npy")]
+    assert evaluate_main(args) == 0
+    assert "agreement [" in capsys.readouterr().err
+    assert evaluate_main([*args, "--quiet"]) == 0
+    assert "agreement [" not in capsys.readouterr().err
+
+
 def test_position_key_is_placement_and_side() -> None:
     a, b = Board(), Board()
     for move in ("h2e2", "h9g7", "b0c2", "i9i8"):

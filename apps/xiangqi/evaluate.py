@@ -72,6 +72,7 @@ from apps.xiangqi.training import (
 )
 from decision.errors import DecisionInputError
 from decision.metrics import wilson_interval
+from decision.scoring.progress import Progress
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 
@@ -272,13 +273,15 @@ def pooled_requests(position: SamplePosition, pooling: SymmetryPooling,
 def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
               batch_size: int = 32, search: SearchConfig | None = None,
               margin: float = DEFAULT_MARGIN, decoder: str = MOVE_DECODER,
-              pooling: SymmetryPooling | None = None) -> AgreementResult:
+              pooling: SymmetryPooling | None = None,
+              bar: Progress | None = None) -> AgreementResult:
     """Decode every sample position (batched ``decide_many``) and compare with the gold move.
 
     ``search``: the move is the one :class:`SearchGuidedPlayer` would play (blunders vetoed).
     ``decoder``: how the move is asked (``model_player.MOVE_DECODERS``); the player's by default.
     ``pooling``: asked in the position's images as ``ModelPlayer(pooling=...)`` asks
     (apps/xiangqi/pooling.py); ``batch_size`` then counts positions, not images.
+    ``bar``: updated with each batch's positions.
     """
     from decision.joint.engine import decide_many
 
@@ -306,6 +309,8 @@ def agreement(model: Any, sample: Sequence[SamplePosition], seen: set[int],
                 move = guided_pick(Move.from_iccs(move), probabilities, sound).iccs()
             results.append({"ply": ply, "gold": ex.gold, "move": move, "hit": move == ex.gold,
                             "seen": key in seen, "key": key})
+        if bar is not None:
+            bar.update(len(chunk))
     phases: dict[str, list[bool]] = {}
     for r in results:
         phases.setdefault(_phase(r["ply"]), []).append(r["hit"])
@@ -355,7 +360,8 @@ def _opponent(name: str, seed: int) -> Player:
 def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed: int = 0,
                concurrency: int = 50, progress: str | Path | None = None,
                search: SearchConfig | None = None, margin: float = DEFAULT_MARGIN,
-               pooling: SymmetryPooling | None = None) -> MatchResult:
+               pooling: SymmetryPooling | None = None,
+               bar: Progress | None = None) -> MatchResult:
     """``games`` games of ModelPlayer vs ``opponent`` (even index: the model plays red).
 
     ``search``: play :class:`SearchGuidedPlayer` (the model's moves with blunders vetoed by a
@@ -363,7 +369,7 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
     position's images (apps/xiangqi/pooling.py).
 
     ``progress``: a JSON-lines file that gets each game's record as soon as it ends, so a match
-    stopped early still leaves its finished games.
+    stopped early still leaves its finished games. ``bar``: updated as each game ends.
     """
     if games < 1 or max_plies < 1:
         raise DecisionInputError("games and max_plies must be >= 1", "games")
@@ -385,6 +391,8 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
         finally:
             with lock:
                 finished[0] += 1
+                if bar is not None:
+                    bar.update(1)
         mine = "1-0" if model_red else "0-1"
         theirs = "0-1" if model_red else "1-0"
         outcome = ("win" if result == mine else "loss" if result == theirs
@@ -533,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
     mat.add_argument("--margin", type=_margin, default=DEFAULT_MARGIN,
                      help="soldier units below the best searched move that a move may lose")
     for command in (agr, mat):
+        command.add_argument("--quiet", action="store_true",
+                             help="no progress bar on stderr (positions or games done, rate, "
+                                  "time left)")
         command.add_argument("--pool-from-ply", type=_ply, default=None, metavar="PLY",
                              help="ask in the position's four images from this ply on and "
                                   "average (apps/xiangqi/pooling.py; default: as is only; the "
@@ -557,14 +568,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "agreement":
         sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
         seen = cached_training_keys(args.train_games, args.keys_cache)
-        result: Any = agreement(model, sample, seen, args.batch_size, search, args.margin,
-                                args.decoder, pooling)
+        bar = Progress(len(sample), label="agreement", unit="positions", enabled=not args.quiet)
+        try:
+            result: Any = agreement(model, sample, seen, args.batch_size, search, args.margin,
+                                    args.decoder, pooling, bar)
+        finally:
+            bar.close()
         if args.timing:
             timing = move_timing(model, sample[: args.timing], args.decoder, pooling)
             print(json.dumps({"unbatched_move": timing}))
     else:
-        result = play_match(model, args.opponent, args.games, args.max_plies, args.seed,
-                            args.concurrency, args.progress, search, args.margin, pooling)
+        bar = Progress(args.games, label=f"match vs {args.opponent}", unit="games",
+                       enabled=not args.quiet and args.games >= 1)
+        try:
+            result = play_match(model, args.opponent, args.games, args.max_plies, args.seed,
+                                args.concurrency, args.progress, search, args.margin, pooling,
+                                bar)
+        finally:
+            bar.close()
     record = asdict(result)
     summary = {k: v for k, v in record.items() if k != "results"}
     print(json.dumps(summary, indent=2))

@@ -1,4 +1,4 @@
-"""Progress bar on stderr: groups done, rate, time left (redrawn at most 5 times a second)."""
+"""Progress bar on stderr: items done, rate, time left (redrawn at most 5 times a second)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import TextIO
 
 
 class Progress:
-    """``update(n)`` after each group; ``close()`` ends the line. Silent when ``enabled`` is off.
+    """``update(n)`` after each ``unit`` done (groups by default); ``close()`` ends the line.
+    Silent when ``enabled`` is off.
 
     The bar is redrawn in place (a carriage return, no newline), so anything else written to the
     stream while it is shown goes through ``message``, which clears the bar first.
@@ -18,11 +19,12 @@ class Progress:
 
     def __init__(
         self, total: int, *, done: int = 0, label: str = "score", stream: TextIO | None = None,
-        enabled: bool = True,
+        enabled: bool = True, unit: str = "groups",
     ) -> None:
         self.total = total
         self.done = done
         self.label = label
+        self.unit = unit
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
         self._start = time.monotonic()
@@ -58,8 +60,8 @@ class Progress:
         new = self.done - self._start_done
         rate = new / elapsed if elapsed > 0 and new > 0 else 0.0
         eta = f"{(self.total - self.done) / rate:.0f}s" if rate > 0 else "?"
-        line = (f"{self.label} [{bar}] {self.done}/{self.total} groups  "
-                f"{rate:.2f} groups/s  eta {eta}   ")
+        line = (f"{self.label} [{bar}] {self.done}/{self.total} {self.unit}  "
+                f"{rate:.2f} {self.unit}/s  eta {eta}   ")
         self.stream.write("\r" + line)
         self.stream.flush()
         self._shown = len(line)
