@@ -106,7 +106,7 @@ print(max(10, int($stage_seconds * tok_s / (64 * 300))))")
   # pooled from ply 20, as the model alone is reported (stage 36 on these 2,000: 26.95%)
   step "agreement of the stage's model on $positions reported positions (seed 2026), pooled"
   timeout 150 $py -m apps.xiangqi.evaluate --model /tmp/xq-gpu/export --device $device --threads 8 \
-    --out "$out/agreement.json" agreement --positions "$positions" --pool-from-ply 20 \
+    --out "$out/agreement.json" agreement --positions "$positions" --pool-from-ply 20 --quiet \
     --train-games .xqdata/train-games.jsonl.gz --valid-games .xqdata/valid-games.jsonl.gz \
     --keys-cache .xqdata/xiangqi-train-keys.npy 2>&1 | tail -3
   mkdir -p "$out/model"  # the stage's model comes back (3 files; 8 at most in all)
