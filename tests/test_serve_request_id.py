@@ -235,3 +235,50 @@ def test_the_apps_routes_have_ids(tmp_path: Path) -> None:
     with TestClient(xiangqi_app(tmp_path / "alone.sqlite3", lambda: None)) as c:  # type: ignore[arg-type]
         missing = c.get("/api/xiangqi/games/nope", headers={"X-Request-ID": "alone"})
         assert missing.status_code == 404 and _error_id(missing) == "alone"
+
+
+def test_an_app_with_ids_inside_another_keeps_the_outer_id(tmp_path: Path) -> None:
+    """The Xiangqi app (it installs ids itself) mounted in the service, or ids installed twice:
+    the inner layer must not draw a second id, else the error body names another id than the
+    header (the outer layer's)."""
+    from apps.xiangqi.api import create_app as xiangqi_app
+    from decision.serve.request_id import install_request_ids
+
+    app = _app()
+    app.mount("/x", xiangqi_app(tmp_path / "games.sqlite3", lambda: None))  # type: ignore[arg-type]
+    twice = _app()
+    install_request_ids(twice)
+    with TestClient(app) as c, TestClient(twice) as t:
+        for r in (c.get("/x/api/xiangqi/games/nope"), c.get("/x/api/xiangqi/games/nope",
+                  headers={"X-Request-ID": "bad id"}), t.post("/decide", json={})):
+            assert r.status_code in (404, 422)
+            assert _generated(r) == _error_id(r)
+        r = c.get("/x/api/xiangqi/games/nope", headers={"X-Request-ID": "mounted-1"})
+        assert _error_id(r) == "mounted-1"
+
+
+def test_a_crash_after_the_response_started_is_not_logged_as_a_500(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A streamed answer that fails midway left with status 200 (Starlette cannot send the 500
+    then): the log line must not say the request was answered 500."""
+    from fastapi.responses import StreamingResponse
+
+    app = _app()
+
+    @app.get("/stream")
+    async def stream() -> StreamingResponse:
+        async def chunks() -> Any:
+            yield b"first"
+            raise RuntimeError("broke midway")
+        return StreamingResponse(chunks())
+
+    with TestClient(app, raise_server_exceptions=False) as c:
+        with caplog.at_level(logging.ERROR, logger="decision.serve"):
+            r = c.get("/stream", headers={"X-Request-ID": "stream-1"})
+            crash = c.get("/no-route-crash")  # a 404, no crash: nothing logged
+    assert r.status_code == 200 and r.headers["x-request-id"] == "stream-1"
+    assert crash.status_code == 404
+    lines = [rec.getMessage() for rec in caplog.records if rec.name == "decision.serve"]
+    assert len(lines) == 1 and "stream-1" in lines[0], lines
+    assert "answered 500" not in lines[0] and "after its response started" in lines[0], lines

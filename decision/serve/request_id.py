@@ -21,11 +21,21 @@ HEADER = "X-Request-ID"
 _VALID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _HEADER_KEY = HEADER.lower().encode("latin-1")
 _current: ContextVar[str | None] = ContextVar("decision_request_id", default=None)
+# whether the response of the request being answered has started (a list: a task the response
+# spawns, a StreamingResponse's, shares it)
+_started: ContextVar[list[bool] | None] = ContextVar("decision_response_started", default=None)
 
 
 def current_request_id() -> str | None:
     """The id of the request being answered; None outside :class:`RequestIdMiddleware`."""
     return _current.get()
+
+
+def response_started() -> bool:
+    """Whether the response of the request being answered has started (its status and headers
+    sent): a crash then can no longer be answered 500."""
+    started = _started.get()
+    return bool(started and started[0])
 
 
 def request_id_of(scope: Scope) -> str:
@@ -49,18 +59,28 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = request_id_of(scope)
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        outer = _current.get()
+        # inside another RequestIdMiddleware (an app with ids mounted in another, or installed
+        # twice): keep its id, else a fresh id here would differ from the header the outer sets
+        request_id = outer if outer is not None and state.get("request_id") == outer else (
+            request_id_of(scope))
+        state["request_id"] = request_id
+
+        started = [False]
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 MutableHeaders(scope=message)[HEADER] = request_id  # replaces any set before
+                started[0] = True
             await send(message)
 
         token = _current.set(request_id)
+        started_token = _started.set(started)
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            _started.reset(started_token)
             _current.reset(token)
 
 
