@@ -182,13 +182,11 @@ def install_error_handlers(app: FastAPI) -> None:
         # logging it here too printed every crash's traceback twice. This line names the request
         # id the client got, and so does a note at the end of that traceback.
         request_id = current_request_id()
-        if response_started():  # Starlette sends this answer only if no response has started
-            log.error("request %s failed after its response started (the client's answer is cut "
-                      "short, not a 500): %s (traceback logged by the server)",
-                      request_id, type(exc).__name__)
-        else:
-            log.error("request %s answered 500 internal_error: %s (traceback logged by the "
-                      "server)", request_id, type(exc).__name__)
+        # Starlette sends this answer only if no response has started
+        what = ("failed after its response started (the client's answer is cut short, not a 500)"
+                if response_started() else "answered 500 internal_error")
+        log.error("request %s %s: %s (traceback logged by the server)", request_id, what,
+                  type(exc).__name__)
         if request_id is not None:
             exc.add_note(f"request id: {request_id}")
         return error_response(500, "internal_error", f"internal error: {type(exc).__name__}")

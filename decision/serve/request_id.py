@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import uuid
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
@@ -20,22 +21,31 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 HEADER = "X-Request-ID"
 _VALID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _HEADER_KEY = HEADER.lower().encode("latin-1")
-_current: ContextVar[str | None] = ContextVar("decision_request_id", default=None)
-# whether the response of the request being answered has started (a list: a task the response
-# spawns, a StreamingResponse's, shares it)
-_started: ContextVar[list[bool] | None] = ContextVar("decision_response_started", default=None)
+
+
+@dataclass
+class _Answering:
+    """The request being answered: its id, and whether its response has started (one object, so
+    a task the response spawns, a StreamingResponse's, sees it start)."""
+
+    request_id: str
+    started: bool = False
+
+
+_answering: ContextVar[_Answering | None] = ContextVar("decision_request", default=None)
 
 
 def current_request_id() -> str | None:
     """The id of the request being answered; None outside :class:`RequestIdMiddleware`."""
-    return _current.get()
+    answering = _answering.get()
+    return None if answering is None else answering.request_id
 
 
 def response_started() -> bool:
     """Whether the response of the request being answered has started (its status and headers
     sent): a crash then can no longer be answered 500."""
-    started = _started.get()
-    return bool(started and started[0])
+    answering = _answering.get()
+    return answering is not None and answering.started
 
 
 def request_id_of(scope: Scope) -> str:
@@ -60,28 +70,25 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         state = scope.setdefault("state", {})
-        outer = _current.get()
+        outer = current_request_id()
         # inside another RequestIdMiddleware (an app with ids mounted in another, or installed
         # twice): keep its id, else a fresh id here would differ from the header the outer sets
         request_id = outer if outer is not None and state.get("request_id") == outer else (
             request_id_of(scope))
         state["request_id"] = request_id
-
-        started = [False]
+        answering = _Answering(request_id)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 MutableHeaders(scope=message)[HEADER] = request_id  # replaces any set before
-                started[0] = True
+                answering.started = True
             await send(message)
 
-        token = _current.set(request_id)
-        started_token = _started.set(started)
+        token = _answering.set(answering)
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            _started.reset(started_token)
-            _current.reset(token)
+            _answering.reset(token)
 
 
 def install_request_ids(app: Starlette) -> None:
