@@ -404,7 +404,7 @@ def test_agreement_and_matches_show_their_progress(
     end: a bar on stderr counts positions / games (``--quiet``: none)."""
     import io
 
-    from decision.scoring.progress import Progress
+    from decision.progress import Progress
 
     stream = io.StringIO()
     bar = Progress(5, label="agreement", unit="positions", stream=stream)

@@ -72,7 +72,7 @@ from apps.xiangqi.training import (
 )
 from decision.errors import DecisionInputError
 from decision.metrics import wilson_interval
-from decision.scoring.progress import Progress
+from decision.progress import Progress
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from decision.errors import CompileBusyError, DecisionInputError
+from decision.progress import Progress
 from decision.scoring.gold import is_correct
 from decision.scoring.groups import InputGroup, Problem, read_groups
 from decision.scoring.output import PredictionRow, PredictionWriter, read_predictions, recover
-from decision.scoring.progress import Progress
 from decision.scoring.run_record import check_or_write, run_record
 from decision.serve.api import DecideBody, DecideOptions
 from decision.serve.service import ServiceEngine
