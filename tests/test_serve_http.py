@@ -393,8 +393,12 @@ class _SlowEngine:
 
     def __init__(self, engine: ModelEngine, delay_s: float) -> None:
         self.inner, self.delay_s, self.name = engine, delay_s, engine.name
+        self.prepared = 0  # requests that reached the service (validated)
+        self._lock = threading.Lock()
 
     def prepare(self, body: Any) -> Any:
+        with self._lock:
+            self.prepared += 1
         return self.inner.prepare(body)
 
     def decide_many(self, prepared: Sequence[Any]) -> list[Any]:
@@ -620,7 +624,11 @@ def test_shutdown_answers_every_waiting_request(checkpoint: Path) -> None:
 
         with ThreadPoolExecutor(max_workers=5) as pool:
             futures = [pool.submit(client, i) for i in range(5)]
-            time.sleep(0.5)
+            # shut down once every request has reached the service: a fixed 0.5 s was sometimes
+            # too short on a loaded machine (a client not yet connected was refused)
+            deadline = time.monotonic() + 20
+            while engine.prepared < 5 and time.monotonic() < deadline:
+                time.sleep(0.01)
             server.should_exit = True
             results = [f.result() for f in futures]
     statuses = sorted(status for status, _, _ in results)
