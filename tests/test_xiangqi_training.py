@@ -397,6 +397,86 @@ def test_match_on_tiny_model_plays_only_legal_moves(tiny: Any) -> None:
         play_match(tiny, "minimax", games=1)
 
 
+class _InterruptingOpponent:
+    """A random mover whose ``moves``-th move is a Ctrl-C (as the main thread would get it)."""
+
+    def __init__(self, seed: int, moves: int, started: list[int]) -> None:
+        from apps.xiangqi.players import RandomPlayer
+
+        self.inner, self.left = RandomPlayer(seed), moves
+        started.append(seed)
+
+    def choose(self, board: Board) -> Any:
+        self.left -= 1
+        if self.left == 0:
+            raise KeyboardInterrupt
+        return self.inner.choose(board)
+
+
+def test_an_interrupted_match_stops_its_games_at_once(
+    tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C during a match waited for every game in play to reach its end (and a bar that
+    the last of them redrew below the "interrupted" line): the games not started are dropped,
+    those in play fail at their next model move, none is counted or written as finished."""
+    import io
+
+    import apps.xiangqi.evaluate as evaluate
+    from decision.progress import Progress
+
+    started: list[int] = []
+    monkeypatch.setattr(evaluate, "_opponent", lambda name, seed: _InterruptingOpponent(
+        seed, 3 if seed == 0 else 10**6, started))
+    batches: list[BatchingModel] = []
+    real = evaluate.BatchingModel
+
+    def recording(*args: Any, **kwargs: Any) -> BatchingModel:
+        batches.append(real(*args, **kwargs))
+        return batches[-1]
+
+    monkeypatch.setattr(evaluate, "BatchingModel", recording)
+    stream, log = io.StringIO(), tmp_path / "games.jsonl"
+    bar = Progress(12, label="match", unit="games", stream=stream)
+    with pytest.raises(KeyboardInterrupt):
+        play_match(tiny, "random", games=12, max_plies=150, concurrency=3, progress=log, bar=bar)
+    # were 12, every game played out; the thread of the interrupted game may have taken the
+    # next one before the rest were dropped
+    assert len(started) <= 4
+    assert not log.exists() and bar.done == 0
+    assert batches[0]._closed and not batches[0]._thread.is_alive()
+    with pytest.raises(evaluate.BatchingClosed):  # a late model move fails, not waits
+        batches[0].decide("doc", [])
+
+
+@pytest.mark.skipif(not (XIANGQI_CHECKPOINT / "config.json").is_file(),
+                    reason="no shipped checkpoint at models/xiangqi yet")
+def test_ctrl_c_ends_a_match_with_status_130_and_says_where_its_games_are(tmp_path: Path) -> None:
+    """The command printed a traceback after waiting for the games in play (18 s on 16 games)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    log = tmp_path / "games.jsonl"
+    command = [sys.executable, "-m", "apps.xiangqi.evaluate", "--model", str(XIANGQI_CHECKPOINT),
+               "--threads", "1", "match", "--opponent", "random", "--games", "40",
+               "--concurrency", "4", "--progress", str(log)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        assert process.stderr is not None
+        first = process.stderr.readline()  # the bar's first line: the model is loaded
+        assert first.startswith("match vs random ["), first
+        time.sleep(0.5)  # inside the match (the bar is drawn just before it starts)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and out == ""
+    assert err.endswith(f"match stopped: the games finished so far are in {log}\n"
+                        "apps.xiangqi.evaluate: interrupted\n")
+
+
 def test_agreement_and_matches_show_their_progress(
     games: list[GameRecord], tiny: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -80,6 +80,10 @@ DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 # ---------------------------------------------------------------------- batching
 
 
+class BatchingClosed(RuntimeError):
+    """A decision asked of a :class:`BatchingModel` that was closed (a match being stopped)."""
+
+
 class BatchingModel:
     """``decide`` with DecisionModel's signature; concurrent calls are answered by one batch.
 
@@ -97,6 +101,9 @@ class BatchingModel:
         self.wait_s = wait_s
         self.batches: list[int] = []  # size of every batch run
         self._queue: queue.Queue[tuple[dict[str, Any], Future[Any]] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._abandon = False
         self._thread = threading.Thread(target=self._collect, daemon=True)
         self._thread.start()
 
@@ -107,11 +114,21 @@ class BatchingModel:
         request = {"document": document, "questions": questions, "mode": mode,
                    "threshold": threshold, "return_probabilities": return_probabilities,
                    "commit": commit, "score_options": score_options}
-        self._queue.put((request, fut))
+        with self._lock:  # nothing is queued behind the collector's end
+            if self._closed:
+                raise BatchingClosed("the batching model is closed")
+            self._queue.put((request, fut))
         return fut.result()
 
-    def close(self) -> None:
-        self._queue.put(None)
+    def close(self, abandon: bool = False) -> None:
+        """Stop the collector once the requests queued so far are answered; ``abandon``: fail
+        them instead (BatchingClosed), and the batch being decided, if any, is the last one.
+        Every later ``decide`` fails at once, so threads still playing end promptly."""
+        with self._lock:
+            self._abandon = self._abandon or abandon
+            if not self._closed:
+                self._closed = True
+                self._queue.put(None)
         self._thread.join()
 
     def _collect(self) -> None:
@@ -135,6 +152,10 @@ class BatchingModel:
                     self._queue.put(None)
                     break
                 batch.append(item)
+            if self._abandon:
+                for _, fut in batch:
+                    fut.set_exception(BatchingClosed("the batching model was closed"))
+                continue
             self.batches.append(len(batch))
             try:
                 results = decide_many(self.model, [r for r, _ in batch])
@@ -369,12 +390,14 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
     position's images (apps/xiangqi/pooling.py).
 
     ``progress``: a JSON-lines file that gets each game's record as soon as it ends, so a match
-    stopped early still leaves its finished games. ``bar``: updated as each game ends.
+    stopped early still leaves its finished games. ``bar``: updated as each game ends. A Ctrl-C
+    (or a game's error) stops the match within a model move: games in play are abandoned.
     """
     if games < 1 or max_plies < 1:
         raise DecisionInputError("games and max_plies must be >= 1", "games")
     finished = [0]
     lock = threading.Lock()
+    stopping = threading.Event()
     # games that can ask at once: every running game until fewer than `concurrency` are left
     batching = BatchingModel(model, expected=lambda: min(concurrency, games - finished[0]),
                              max_batch=concurrency)
@@ -390,9 +413,10 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
             result, moves = play_game(red, black, max_plies=max_plies)
         finally:
             with lock:
-                finished[0] += 1
-                if bar is not None:
-                    bar.update(1)
+                finished[0] += 1  # played out or not, it asks the model no more
+        if bar is not None and not stopping.is_set():
+            with lock:
+                bar.update(1)
         mine = "1-0" if model_red else "0-1"
         theirs = "0-1" if model_red else "1-0"
         outcome = ("win" if result == mine else "loss" if result == theirs
@@ -412,10 +436,19 @@ def play_match(model: Any, opponent: str, games: int, max_plies: int = 150, seed
         return record
 
     t0 = time.monotonic()
+    pool = ThreadPoolExecutor(max_workers=min(concurrency, games))
     try:
-        with ThreadPoolExecutor(max_workers=min(concurrency, games)) as pool:
-            results = list(pool.map(one, range(games)))
+        futures = [pool.submit(one, i) for i in range(games)]
+        results = [future.result() for future in futures]
+    except BaseException:
+        # A Ctrl-C (or a game's error) stops the match now: the games not started are dropped
+        # and those in play fail at their next model move, instead of playing to their end.
+        stopping.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        batching.close(abandon=True)
+        raise
     finally:
+        pool.shutdown(wait=True)
         batching.close()
     count = {k: sum(r["outcome"] == k for r in results)
              for k in ("win", "draw", "unfinished", "loss")}
@@ -549,6 +582,14 @@ def main(argv: list[str] | None = None) -> int:
                                   "average (apps/xiangqi/pooling.py; default: as is only; the "
                                   "served model alone pools from 20)")
     args = parser.parse_args(argv)
+    from decision.cli import exit_status  # the decision CLI's one mapping of errors to statuses
+
+    return exit_status(lambda: _run(parser, args), "apps.xiangqi.evaluate: ", detail=True)
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The parsed command; a Ctrl-C ends it with status 130 (:func:`decision.cli.exit_status`),
+    after a match says where the games it finished are."""
     torch.set_num_threads(args.threads)
     if args.command == "keys":
         keys = cached_training_keys(args.train_games, args.keys_cache)
@@ -584,6 +625,12 @@ def main(argv: list[str] | None = None) -> int:
             result = play_match(model, args.opponent, args.games, args.max_plies, args.seed,
                                 args.concurrency, args.progress, search, args.margin, pooling,
                                 bar)
+        except KeyboardInterrupt:
+            bar.close()
+            if args.progress:
+                print(f"match stopped: the games finished so far are in {args.progress}",
+                      file=sys.stderr)
+            raise
         finally:
             bar.close()
     record = asdict(result)
