@@ -410,6 +410,32 @@ def test_a_perpetual_check_by_the_opponent_is_not_escaped_by_giving_material() -
     assert outcome is not None and outcome.winner == RED
 
 
+@pytest.mark.parametrize(("clock", "wins"), [(111, True), (112, False), (113, False)])
+def test_a_perpetual_check_the_no_capture_draw_ends_first_is_no_win(clock: int, wins: bool) -> None:
+    # The position of the test above, `clock` plies after the last capture: Red's e0e1 reaches
+    # the second occurrence of a position of Black's perpetual check, which Red wins when the
+    # cycle is played once more, three plies later (a1a0, the third occurrence of the position
+    # after a5a0), unless the 120-ply draw comes first. The replay judged only the cycle's end
+    # (where the repetition, checked before the clock, won), so a draw partway was not seen.
+    from apps.xiangqi.model_player import _repeats_to_win, _repetition_classes
+
+    board = Board(_with_clock("3k5/9/9/9/r1C5R/9/9/9/9/4K4 b - - 0 1", clock))
+    for iccs in "a5a0 e0e1 a0a1 e1e0 a1a0".split():
+        board.push_iccs(iccs)
+    step = board.parse_iccs("e0e1")
+    board.push(step)
+    assert board.repetition_count() == 2 and board.outcome() is None
+    assert _repeats_to_win(board, RED) is wins
+    played = board.copy()  # the rules' verdict on the cycle played once more
+    for iccs in "a0a1 e1e0 a1a0".split():
+        if played.outcome() is None:
+            played.push_iccs(iccs)
+    end = played.outcome()
+    assert end is not None and (end.winner == RED) is wins
+    board.pop()
+    assert _repetition_classes(board, {step}) == (({step}, {step}) if wins else (set(), set()))
+
+
 def test_a_repetition_the_player_would_lose_or_draw_is_still_avoided() -> None:
     from apps.xiangqi.model_player import _repetition_classes
 

@@ -347,7 +347,9 @@ def _lost_or_drawn_by_repetition(outcome: Outcome | None, us: Color) -> bool:
 def _repeats_to_win(board: Board, us: Color) -> bool:
     """On a position that occurred before (``us`` just moved there): whether the rules give the
     repetition to ``us``, now if this is its third occurrence, else when the cycle since its last
-    occurrence is played once more (the opponent checked on every move of it, ``us`` did not)."""
+    occurrence is played once more (the opponent checked on every move of it, ``us`` did not).
+    The game ends where the replayed cycle first ends it: the third occurrence of a position
+    inside the cycle, or the 120-ply draw partway through, which gives ``us`` nothing."""
     if not board.is_repetition(3):
         probe = board.copy()
         key = probe.zobrist_hash()
@@ -357,6 +359,8 @@ def _repeats_to_win(board: Board, us: Color) -> bool:
         board = board.copy()
         for move in reversed(cycle):
             board.push(move)
+            if board.outcome() is not None:
+                break
     outcome = board.outcome()
     return outcome is not None and outcome.winner == us
 
