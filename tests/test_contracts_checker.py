@@ -79,3 +79,25 @@ def test_checker_cli_reports_unreadable_input_in_one_line(
     assert main([str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: group g7: unknown agreement title") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("line", [
+    "This Lease runs from February 30, 2025 to March 31, 2025.",  # no such day
+    "Rent: $" + "9" * 5000 + " per month, payable on the 10th of each month.",  # > 4,300 digits
+    "Rent: $900 per month, payable on the " + "1" * 5000 + "th of each month.",
+])
+def test_an_impossible_date_or_a_huge_number_is_a_check_error(
+        line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """parse() raised ValueError (a traceback from the CLI) for a date that does not exist or a
+    number of more than 4,300 digits; it is a CheckError, and the CLI says it in one line."""
+    document = f"RESIDENTIAL LEASE AGREEMENT\n\n{line}\n"
+    with pytest.raises(CheckError):
+        parse(document)
+    group = CsvGroup("g1", document, [
+        CsvQuestion("q1", "What is the monthly rent under the Lease, in dollars?",
+                    {"type": "integer", "minimum": 0, "maximum": 10000}, 5)])
+    path = tmp_path / "odd.csv"
+    write_groups([group], path)
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: group g1: ") and err.count("\n") == 1

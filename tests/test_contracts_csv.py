@@ -249,3 +249,34 @@ def test_gold_is_written_as_a_decoded_answer_would_be(text: str, answer: dict) -
     assert parse_gold(" -12 ", {"type": "integer"}) == -12
     assert parse_gold(".5", {"type": "number"}) == 0.5
     assert parse_gold('{"x": 1}', {"type": "json", "schema": {"type": "object"}}) == {"x": 1}
+
+
+def test_a_document_path_with_a_nul_byte_or_a_loop_names_its_row(tmp_path: Path) -> None:
+    """``@a<NUL>b`` ended the read (and the checker CLI, and ``decision score``) with
+    ``ValueError: embedded null byte``, a symlink loop with RuntimeError; each is a document
+    that cannot be read, by its row."""
+    path = _write(tmp_path / "in.csv", [["g", "@a\x00b.txt", "q1", "Q?", "boolean", "{}", ""]])
+    with pytest.raises(DecisionInputError, match=r"^row 2: cannot read document file") as info:
+        read_groups(path)
+    assert info.value.field == "row 2.document"
+    # a symlink loop: Path.resolve() raised RuntimeError before the file was opened
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    path = _write(tmp_path / "in.csv", [["g", "@loop1", "q1", "Q?", "boolean", "{}", ""]])
+    with pytest.raises(DecisionInputError, match=r"^row 2: cannot read document file 'loop1'"):
+        read_groups(path)
+
+
+def test_a_cell_over_the_csv_field_limit_names_its_row(tmp_path: Path) -> None:
+    """A cell longer than the csv module's field limit (16 MiB here) raised ``_csv.Error`` with a
+    traceback; it is a DecisionInputError naming the row. The limit is lowered for the test so
+    that it need not write a 16 MiB file."""
+    path = _write(tmp_path / "in.csv", [["g", "Doc", "q1", "Q?", "boolean", "{}", "true"],
+                                        ["h", "D" * 500, "q1", "Q?", "boolean", "{}", "true"]])
+    old = csv.field_size_limit(200)
+    try:
+        with pytest.raises(DecisionInputError, match=r"^row 3: .*field larger than") as info:
+            read_groups(path)
+    finally:
+        csv.field_size_limit(old)
+    assert info.value.field == "row 3"

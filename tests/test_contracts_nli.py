@@ -163,3 +163,14 @@ def test_a_repeated_or_path_like_document_id_is_one_clear_error(
         assert main([str(path), "--out", str(out)]) == 2
         assert capsys.readouterr().err.count("\n") == 1
         assert not (tmp_path / name / "escaped.txt").exists() and not out.exists()
+
+
+def test_json_nested_too_deeply_is_one_clear_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file of arrays nested 100,000 deep ended the converter with a RecursionError traceback
+    (json.loads raises that, not ValueError); it is "not a ContractNLI JSON file", status 2."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert main([str(deep), "--out", str(tmp_path / "x.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "not a ContractNLI JSON file" in err and err.count("\n") == 1, err

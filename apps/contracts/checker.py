@@ -63,16 +63,31 @@ class Parsed:
     events: dict[str, int] = field(default_factory=dict)  # "return"/"report" -> days taken
 
 
+def _int(digits: str, what: str) -> int:
+    """A number of the text; one of more than 4,300 digits (which ``int`` refuses with a
+    ValueError) is a CheckError, like any other text the checker cannot read."""
+    try:
+        return int(digits)
+    except ValueError:
+        raise CheckError(f"the {what} {digits[:20]}... has too many digits", what) from None
+
+
 def _dates(line: str) -> list[date]:
-    return [date(int(y), MONTH_NAMES.index(m.lower()) + 1, int(d))
-            for m, d, y in DATE_RE.findall(line)]
+    """The dates of a line; one that does not exist ("February 30, 2025") is a CheckError."""
+    found = []
+    for m, d, y in DATE_RE.findall(line):
+        try:
+            found.append(date(int(y), MONTH_NAMES.index(m.lower()) + 1, int(d)))
+        except ValueError:
+            raise CheckError(f"no such date: {m} {d}, {y}", "date") from None
+    return found
 
 
 def _first_int(pattern: re.Pattern[str] | str, line: str, what: str) -> int:
     match = re.search(pattern, line)
     if match is None:
         raise CheckError(f"no {what} in {line!r}", what)
-    return int(match.group(1))
+    return _int(match.group(1), what)
 
 
 def _kind(title: str) -> str:
@@ -130,11 +145,11 @@ def _parse_periodic(p: Parsed, clauses: list[str], events: list[str]) -> None:
         if "notice" in low and _dates(line):
             p.notice_date = _dates(line)[0]
             stated = re.search(r"(\d+) days? before the end of the term", line)
-            p.notice_days_stated = int(stated.group(1)) if stated else None
+            p.notice_days_stated = _int(stated.group(1), "notice days") if stated else None
         elif "late" in low or "on time" in low:
             p.late_count = len(set(MONTH_WORD_RE.findall(line)))
             stated = re.search(r"\((\d+)\)", line)
-            if stated and int(stated.group(1)) != p.late_count:
+            if stated and _int(stated.group(1), "late payment count") != p.late_count:
                 raise CheckError(f"stated count disagrees with the months in {line!r}", "document")
 
 
@@ -142,7 +157,7 @@ def _due_day(line: str) -> int:
     match = re.search(r"\bday (\d+)\b|\b(\d+)(?:st|nd|rd|th)\b", line)
     if match is None:
         raise CheckError(f"no due day in {line!r}", "due day")
-    return int(match.group(1) or match.group(2))
+    return _int(match.group(1) or match.group(2), "due day")
 
 
 def _parse_nda(p: Parsed, clauses: list[str], events: list[str]) -> None:
@@ -167,7 +182,7 @@ def _parse_nda(p: Parsed, clauses: list[str], events: list[str]) -> None:
             continue
         taken = (found[1] - found[0]).days
         stated = re.search(r"took (\d+) days?", line)
-        if stated and int(stated.group(1)) != taken:
+        if stated and _int(stated.group(1), "days taken") != taken:
             raise CheckError(f"stated days disagree with the dates in {line!r}", "document")
         p.events[name] = taken
 

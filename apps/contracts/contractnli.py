@@ -83,6 +83,9 @@ def read_file(path: str | Path) -> dict[str, Any]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise DecisionInputError(f"{path}: not a ContractNLI JSON file ({exc})", "input") from exc
+    except RecursionError:  # json.loads on arrays or objects nested thousands deep
+        raise DecisionInputError(f"{path}: not a ContractNLI JSON file (nested too deeply)",
+                                 "input") from None
     if not isinstance(data, dict) or not {"labels", "documents"} <= set(data):
         raise DecisionInputError(f"{path}: not a ContractNLI JSON file (no 'documents' and "
                                  "'labels')", "input")

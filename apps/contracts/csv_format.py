@@ -22,7 +22,7 @@ import csv
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -220,9 +220,8 @@ def resolve_document(cell: str, base: Path, where: str | None = "row") -> str:
     if cell.startswith("@@"):
         return cell[1:]
     if cell.startswith("@"):
-        target = (base / cell[1:]).resolve()
-        try:
-            return target.read_text(encoding="utf-8-sig")  # a BOM is no part of the text
+        try:  # not resolve()d first: on a symlink loop it raises RuntimeError, open an OSError
+            return (base / cell[1:]).read_text(encoding="utf-8-sig")  # a BOM is not text
         except OSError as exc:
             raise _cell_error(where, "document", f"cannot read document file {cell[1:]!r} "
                                                  f"({exc.strerror})") from None
@@ -230,7 +229,26 @@ def resolve_document(cell: str, base: Path, where: str | None = "row") -> str:
             raise _cell_error(where, "document", f"cannot read document file {cell[1:]!r} "
                                                  f"(not UTF-8: byte 0x{exc.object[exc.start]:02x} "
                                                  f"at offset {exc.start})") from None
+        except ValueError:  # a NUL byte in the path, which no file name holds
+            raise _cell_error(where, "document", f"cannot read document file {cell[1:]!r} "
+                                                 "(a file name holds no NUL byte)") from None
     return cell
+
+
+def _rows(reader: Iterator[list[str]]) -> Iterator[list[str]]:
+    """The reader's rows; a ``csv.Error`` (a cell over the field limit, a 16 MiB document) is a
+    DecisionInputError naming its row (the header is row 1), not a traceback."""
+    number = 0
+    while True:
+        number += 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            where = "header" if number == 1 else f"row {number}"
+            raise DecisionInputError(f"{where}: unreadable CSV ({exc})", where) from None
+        yield row
 
 
 def read_groups(path: str | Path) -> list[CsvGroup]:
@@ -249,15 +267,15 @@ def read_groups(path: str | Path) -> list[CsvGroup]:
     except OSError as exc:
         raise DecisionInputError(f"cannot open {path}: {exc.strerror}", "path") from None
     with handle:
-        reader = csv.reader(handle)
-        header = tuple(next(reader, ()))
+        rows = _rows(csv.reader(handle))
+        header = tuple(next(rows, ()))
         undecodable = not_utf8(dict(enumerate(header)))
         if undecodable:
             raise DecisionInputError(f"{path}: header is not UTF-8 ({undecodable})", "header")
         if header not in (HEADER, HEADER[:-1]):
             raise DecisionInputError(f"{path}: header must be {','.join(HEADER)}; got "
                                      f"{','.join(header)!r}", "header")
-        for number, row in enumerate(reader, start=2):
+        for number, row in enumerate(rows, start=2):
             if not row:
                 continue
             where = f"row {number}"
