@@ -273,6 +273,23 @@ def test_bad_inputs_raise(seed: int) -> None:
         assert err.value.field == "q"
 
 
+def test_inputs_on_another_device_raise(seed: int) -> None:
+    """Every tensor input on the inputs' device or a DecisionInputError naming it (a CPU state
+    with CUDA q was a bare RuntimeError from PyTorch, or a Triton pointer error); "meta" stands in
+    for the other device. ``cu_seqlens`` may be anywhere (it is read on the host)."""
+    x = gdn_inputs(1, 5, 1, 2, 4, 4, n_states=1, seed=seed)
+    x["initial_state"] = x["initial_state"].to("meta")
+    with pytest.raises(DecisionInputError) as err:
+        chunk_gated_delta_rule(**x)
+    assert err.value.field == "initial_state"
+    for name in ("state", "history_logit", "scale", "calibration", "block_mask"):
+        y = block_inputs(1, 4, 1, 2, 4, 4, seed=seed)
+        y[name] = y[name].to("meta")
+        with pytest.raises(DecisionInputError) as err:
+            block_attention(**y)
+        assert err.value.field == name
+
+
 def test_importing_kernels_does_not_import_triton() -> None:
     code = "import sys, decision.kernels; sys.exit('triton' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import warnings
 
 import pytest
 import torch
@@ -287,3 +288,36 @@ def test_rows_past_32_bit_offsets_are_refused() -> None:
     with pytest.raises(DecisionInputError, match="32-bit offsets") as err:
         triton_chunk.chunk_gated_delta_rule_triton(q, q, v, g, beta)
     assert err.value.field == "q"
+
+
+@pytest.mark.parametrize("local", ["triton", "torch"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_packed_sequence_does_not_reach_gradients(
+    local: str, bad: float, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-finite token of the second packed sequence leaves the first one's gradients as
+    they are, on both chunk-local backwards: the first sequence's last chunk runs past its end
+    into the second's rows (the autograd fallback gathers them and multiplied them by a 0 mask:
+    0 * inf = NaN in every gradient of the first sequence; that fallback is the GPU's path at
+    head dim 128)."""
+    monkeypatch.setattr(triton_chunk, "LOCAL_BACKWARD", local)
+    x = gdn_inputs(1, 20, 1, 2, 8, 4, n_states=2, seed=seed)
+    cu = torch.tensor([0, 5, 20], device=DEVICE)
+    grads = []
+    for fill in (0.0, bad):
+        y = {n: t.clone().to(DEVICE) for n, t in x.items()}
+        for name in ("q", "k", "v", "g", "beta"):
+            y[name][0, 8] = float("nan") if name == "g" and fill else fill  # +inf: not a gate
+        leaves = {n: t.requires_grad_() for n, t in y.items()}
+        # the interpreter's arithmetic on the second sequence's inf/NaN warns (the module-level
+        # "error" filter takes precedence over a test's filterwarnings mark)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            o, s = chunk_gated_delta_rule(**leaves, cu_seqlens=cu, backend="triton")
+            # squares: the second sequence's non-finite outputs hand the backward non-finite dO
+            got = torch.autograd.grad(o.square().sum() + s.square().sum(), list(leaves.values()))
+        grads.append([gr[0] if n == "initial_state" else gr[:, :5]
+                      for n, gr in zip(leaves, got, strict=True)])
+    for name, a, b in zip(NAMES, *grads, strict=True):
+        assert torch.isfinite(b).all(), name
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)

@@ -27,6 +27,16 @@ def _ndim(t: torch.Tensor, n: int, name: str, layout: str) -> None:
         raise DecisionInputError(f"{name} must be {layout}, got shape {tuple(t.shape)}", name)
 
 
+def _same_device(like: torch.Tensor, *named: tuple[torch.Tensor | None, str]) -> None:
+    """Each tensor on ``like``'s device: the reference would fail in PyTorch with a bare
+    RuntimeError, and the Triton kernels would be handed a pointer into another device."""
+    for t, name in named:
+        if t is not None and t.device != like.device:
+            raise DecisionInputError(
+                f"{name} is on {t.device}, the other inputs on {like.device}", name
+            )
+
+
 def _key_heads(q: torch.Tensor) -> None:
     """At least one key head and a key dim of at least 1 (the default scale is Dk ** -0.5)."""
     if q.shape[2] == 0 or q.shape[3] == 0:
@@ -82,6 +92,7 @@ def check_gated_delta_rule(
         n = len(cu) - 1
     if initial_state is not None:
         _float(initial_state, "initial_state")
+        _same_device(q, (initial_state, "initial_state"))
         want = (n, hv, q.shape[3], v.shape[3])
         if tuple(initial_state.shape) != want:
             raise DecisionInputError(
@@ -130,6 +141,8 @@ def check_block_attention(
     for t, name in ((scale, "scale"), (calibration, "calibration")):
         if tuple(t.shape) != (hv,):
             raise DecisionInputError(f"{name} must be [{hv}], got {tuple(t.shape)}", name)
+    _same_device(q, (k, "k"), (v, "v"), (state, "state"), (history_logit, "history_logit"),
+                 (scale, "scale"), (calibration, "calibration"), (block_mask, "block_mask"))
     if block_mask is not None:
         if block_mask.dtype != torch.bool or tuple(block_mask.shape) != (b, l_):
             raise DecisionInputError(

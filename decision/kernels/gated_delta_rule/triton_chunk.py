@@ -490,21 +490,30 @@ def _chunk_local_backward(
     valid = pos < cu.long()[idx[:, 0].long() + 1][:, None]
     pos = pos.clamp(max=m.t - 1)
     leaves = [t.detach().requires_grad_(True) for t in x]
-    q, k, v, g, beta = (t[pos] for t in leaves)  # [NT, BT, H, ...]
+
+    def rows(t: torch.Tensor) -> torch.Tensor:
+        """``t``'s rows of each chunk as fp32 ``[NT, BT, H, ...]``, zeros past a sequence's end.
+
+        A ``where``, not a product with a 0/1 mask: rows past the end are another sequence's,
+        and 0 * inf = NaN there would reach every gradient of this chunk (as the kernels' masked
+        loads do not)."""
+        r = t[pos].float()
+        return torch.where(valid.view(*valid.shape, *([1] * (r.dim() - 2))), r, 0.0)
+
+    q, k, v, g, beta = (rows(t) for t in leaves)
     vm = valid[..., None].float()
-    q, k = q.float(), k.float()
     if m.l2:
         q, k = l2norm(q), l2norm(k)
     q = expand_heads(q, m.hv, 2).transpose(1, 2) * m.scale  # [NT, HV, BT, DK]
-    k = (expand_heads(k, m.hv, 2) * vm[..., None]).transpose(1, 2)
-    v = (v.float() * vm[..., None]).transpose(1, 2)
-    g = (g.float().clamp_min(G_FLOOR) * vm).transpose(1, 2)
-    b = (torch.sigmoid(beta.float()) * vm).transpose(1, 2)
+    k = expand_heads(k, m.hv, 2).transpose(1, 2)
+    v = v.transpose(1, 2)
+    g = g.clamp_min(G_FLOOR).transpose(1, 2)
+    b = (torch.sigmoid(beta) * vm).transpose(1, 2)  # rows past the end write nothing
     qg, kd, w, u, p, decay_last = chunk_local(q, k, v, g, b)
     vn = u - w @ h
     o = qg @ h + p @ vn
     s_next = h * decay_last[..., None, None] + kd.transpose(-1, -2) @ vn
-    do_c = (do[pos].float() * vm[..., None]).transpose(1, 2)
+    do_c = rows(do).transpose(1, 2)
     grads = torch.autograd.grad((o, s_next), leaves, (do_c, dh))
     return tuple(gr.to(t.dtype) for gr, t in zip(grads, x, strict=True))
 
