@@ -101,3 +101,30 @@ def test_an_impossible_date_or_a_huge_number_is_a_check_error(
     assert main([str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: group g1: ") and err.count("\n") == 1
+
+
+def test_checker_cli_leaves_out_questions_without_gold(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty gold cell (a CSV to be scored, not yet labelled) was counted as a disagreement
+    ("gold None, checker 'yes'") and the run exited 1; such questions are left out, and a file
+    with no gold at all is an error."""
+    from apps.contracts.csv_format import read_groups
+
+    path = tmp_path / "gold.csv"
+    write_groups([generate_group(seed, 2) for seed in (1, 2)], path)
+    groups = read_groups(path)
+    unlabelled = groups[0].questions[0]
+    unlabelled.gold = None
+    write_groups(groups, path)
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    total = sum(len(g.questions) for g in groups)
+    assert out == (f"{total - 1}/{total - 1} gold answers agree with the checker "
+                   "(1 question without gold left out)\n")
+    for group in groups:
+        for q in group.questions:
+            q.gold = None
+    write_groups(groups, path)
+    assert main([str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == f"error: {path} holds no gold answers to check\n"

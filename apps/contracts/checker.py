@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv", help="batch-scoring CSV with gold answers")
     args = parser.parse_args(argv)
-    bad = total = 0
+    bad = total = no_gold = 0
     where = ""  # the group (and question) being checked, for an error message
     try:
         for group in read_groups(args.csv):
@@ -343,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
             parsed = parse(group.document)
             for q in group.questions:
                 where = f"group {group.group_id}, question {q.id}"
+                if q.gold is None:  # an empty gold cell: nothing to compare
+                    no_gold += 1
+                    continue
                 total += 1
                 got = answer(parsed, classify_question(q.text))
                 if got != q.gold:
@@ -351,7 +354,12 @@ def main(argv: list[str] | None = None) -> int:
     except DecisionInputError as exc:
         print(f"error: {where + ': ' if where else ''}{exc.message}", file=sys.stderr)
         return 2
-    print(f"{total - bad}/{total} gold answers agree with the checker")
+    if not total:
+        print(f"error: {args.csv} holds no gold answers to check", file=sys.stderr)
+        return 2
+    plural = "" if no_gold == 1 else "s"
+    left_out = f" ({no_gold} question{plural} without gold left out)" if no_gold else ""
+    print(f"{total - bad}/{total} gold answers agree with the checker{left_out}")
     return 1 if bad else 0
 
 
