@@ -112,6 +112,23 @@ def test_lower_threshold_fewer_steps(model) -> None:
     assert loose.answers[1].value == 2026 and loose.answers[1].confidence == pytest.approx(1.0)
 
 
+def test_threshold_just_below_one_fixes_certain_tokens(model) -> None:
+    """Confidences are float32: compared with a threshold rounded to float32, 1 - 1e-9 became
+    1.0, and tokens of confidence 1 (the only valid completion) were not "strictly above" it:
+    one token a step, as at threshold 1.0."""
+    certain = [
+        {"id": "n", "text": "Fixed?", "answer": {"type": "integer", "minimum": 2026,
+                                                 "maximum": 2026}},
+        {"id": "c", "text": "Which clause?", "answer": {"type": "choice", "options": [
+            "the tenant shall give notice"]}},
+    ]
+    assert decide(model, DOC, certain, threshold=1.0, config=TOKEN).steps == _slot_tokens(
+        model, certain)
+    below = decide(model, DOC, certain, threshold=1 - 1e-9, config=TOKEN)
+    assert below.steps == 1
+    assert [a.confidence for a in below.answers] == [1.0, 1.0]
+
+
 def test_slot_scope_fixes_one_token_per_slot(model) -> None:
     from decision.schemas.compile import compile_answer, tokenizer_context
 
@@ -359,6 +376,14 @@ def test_unknown_request_field_named(model) -> None:
     assert err.value.field == "treshold"
 
 
+def test_request_key_that_is_not_a_string_named(model) -> None:
+    """A request dict with a key that is no string was unpacked as keywords: TypeError
+    ("keywords must be strings") instead of the DecisionInputError every other bad field gets."""
+    with pytest.raises(DecisionInputError) as err:
+        decide_many(model, [{"document": DOC, "questions": QUESTIONS, 1: 0.5}])
+    assert err.value.field == "1"
+
+
 def test_request_of_another_type_named(model) -> None:
     request = {"document": DOC, "questions": QUESTIONS}
     with pytest.raises(DecisionInputError) as err:
@@ -389,6 +414,20 @@ def test_document_too_long() -> None:
         decide(small, lease_document(10), QUESTIONS[:1])
     assert err.value.field == "document"
     assert "64" in err.value.message and "tokens" in err.value.message
+
+
+def test_document_too_long_in_a_batch_names_its_request() -> None:
+    """decide_many names every other field of a batch's request ``requests.i.``; the pass
+    length check, made later, named a too-long document ``document``, whichever request it was."""
+    small = toy_model(max_positions=64)
+    requests = [{"document": "Short.", "questions": QUESTIONS[1:2]},
+                {"document": lease_document(10), "questions": QUESTIONS[1:2]}]
+    with pytest.raises(DecisionInputError) as err:
+        decide_many(small, requests)
+    assert err.value.field == "requests.1.document"
+    with pytest.raises(DecisionInputError) as err:
+        decide_many(small, requests[1:])  # one request: no prefix, as for its other fields
+    assert err.value.field == "document"
 
 
 class LeftToRight:

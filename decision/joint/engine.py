@@ -109,6 +109,7 @@ class _Request:
     commit: str  # what the sampler's minimum fixes with a token (ThresholdSamplerConfig)
     score_options: bool  # closed questions scored option by option, open ones denoised
     passes: list[tuple[str, list[int]]]  # (kind, question indices)
+    where: str = ""  # its fields' prefix in errors ("requests.1." in a batch of several)
 
 
 @dataclass(frozen=True, eq=False)
@@ -260,7 +261,8 @@ def _validate(
 ) -> _Request:
     if isinstance(raw, dict):
         try:
-            raw = DecisionRequest(**raw)
+            # validated, not unpacked as keywords: a key that is no string is a field error
+            raw = DecisionRequest.model_validate(raw)
         except ValidationError as exc:
             error = exc.errors()[0]
             loc = ".".join(str(p) for p in error["loc"])
@@ -319,6 +321,7 @@ def _validate(
         # the room after <doc> and the document (decision.joint.layout.build_layout)
         passes=_plan(mode, automata, config, limits.positions - 1 - len(document_ids),
                      [len(q) for q in question_ids], limits.pass_questions),
+        where=where,
     )
 
 
@@ -421,7 +424,7 @@ def _rows(model: Any, ctx: TokenizerContext, requests: list[_Request]) -> list[_
                     f"document has {len(req.document_ids)} tokens; with the questions and answer "
                     f"slots a pass needs {len(layout.input_ids)} positions but the model accepts "
                     f"at most {limit}",
-                    "document",
+                    req.where + "document",  # checked after _validate: name its request
                 )
             rows.append(_Row(r, kind, picked, layout))
     return rows

@@ -224,7 +224,9 @@ class ConstrainedThresholdSampler:
         if state.selectable is not None:  # other rows belong to another policy this step
             masked = masked & state.selectable.numpy()[:, None]
         scores = np.where(masked, grid_conf, np.float32(-2.0))
-        chosen = masked & (scores > self.config.threshold)
+        # the threshold as float64: NumPy casts a Python float to the array's float32, which
+        # rounds 1 - 1e-9 to 1.0, and confidence 1 was then not "strictly above" it
+        chosen = masked & (scores > np.float64(self.config.threshold))
         minimum = self.config.min_tokens
         if self.config.min_scope == "slot":
             extra = self._slot_minimum(scores, masked, chosen, active)
