@@ -129,6 +129,15 @@ def test_threshold_just_below_one_fixes_certain_tokens(model) -> None:
     assert [a.confidence for a in below.answers] == [1.0, 1.0]
 
 
+def test_a_long_answer_keeps_a_confidence_above_zero() -> None:
+    """An answer's confidence is the product of its tokens': in float32, 60 digits of the toy
+    model's ~0.1 each underflowed to 0.0, which reads as "certainly wrong"."""
+    question = [{"id": "p", "text": "Code?",
+                 "answer": {"type": "pattern", "regex": "[0-9]{60}", "max_tokens": 64}}]
+    answer = decide(toy_model(max_positions=256), lease_document(3), question).answers[0]
+    assert len(answer.text) == 60 and 0.0 < answer.confidence < 1e-30
+
+
 def test_slot_scope_fixes_one_token_per_slot(model) -> None:
     from decision.schemas.compile import compile_answer, tokenizer_context
 

@@ -742,7 +742,7 @@ def _decisions(
             id=question.id,
             value=question.answer.parse(text),
             text=text,
-            confidence=float(state.confidence.reshape(-1)[positions].prod().clamp(0.0, 1.0)),
+            confidence=_product(state.confidence.reshape(-1)[positions]),
             option_probabilities=(
                 dict(zip(options, probs.tolist(), strict=True))
                 if probs is not None and options is not None
@@ -751,6 +751,12 @@ def _decisions(
             mode=row.kind,
         )
     return _per_request(requests, rows, answers, request_steps, decoded, timings)
+
+
+def _product(confidences: torch.Tensor) -> float:
+    """An answer's confidence: the product of its tokens' confidences, in float64 (in float32
+    the product of 60 tokens of 0.1 each underflowed to 0)."""
+    return float(confidences.double().prod().clamp(0.0, 1.0))
 
 
 def _scored_answer(question: Question, probs: torch.Tensor, with_probabilities: bool,
