@@ -320,6 +320,30 @@ def test_json_keys_and_integers_a_regex_gives_back_are_accepted(ctx) -> None:
         compile_answer(JsonAnswer(schema=schema), ctx, "q")
 
 
+@pytest.mark.parametrize(
+    ("schema", "field"),
+    [({"const": {"a.b": 0}}, "q.schema.const"), ({"enum": [{"?": 0}, 1]}, "q.schema.enum"),
+     ({"enum": [[{"x*": "y"}]]}, "q.schema.enum"),
+     ({"type": "object", "properties": {"p": {"const": {"(": 1}}}}, "q.schema.properties.p.const"),
+     ({"const": {"$": 1}}, "q.schema.const")],
+)
+def test_json_enum_object_keys_holding_regex_syntax_refused(ctx, schema, field) -> None:
+    # outlines-core writes an enum/const object's keys into the regex unescaped: the const
+    # {"a.b": 0} allowed the answer {"axb": 0}, {"?": 0} the answer {"": 0}
+    with pytest.raises(SchemaError) as err:
+        compile_answer(JsonAnswer(schema=schema), ctx, "q")
+    assert err.value.field == field and "regex syntax" in err.value.message
+
+
+def test_json_enum_object_keys_of_plain_text_are_exact(ctx) -> None:
+    schema = {"enum": [{"a-b#&~ \u00e9": 1}]}
+    automaton = compile_answer(JsonAnswer(schema=schema), ctx, "q")
+    for text, valid in (('{"a-b#&~ \u00e9":1}', True), ('{"a-b#&~ e":1}', False)):
+        ids = [ctx.by_bytes[bytes([b])][0] for b in text.encode()]
+        assert _accepts(automaton, ids + [ctx.special.eos] * (48 - len(ids))) == valid, text
+        assert validate(json.loads(text), schema) == valid
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_json_enum_floats_are_given_back_exactly_or_refused(value: float) -> None:

@@ -75,6 +75,27 @@ def test_json_text_is_strict_too() -> None:
     assert ADAPTER.validate_json('{"type": "integer", "maximum": 10}').maximum == 10
 
 
+@pytest.mark.parametrize(
+    "schema", [{"enum": (1, 2)}, {"enum": [{1: 2}]}, {"enum": [{1, 2}]}, {"const": b"x"}]
+)
+def test_a_json_schema_must_be_json_data(ctx, schema: dict[str, Any]) -> None:
+    """The compile cache keys a schema by its JSON text, where a tuple reads as a list: the
+    schema {"enum": (1, 2)}, refused ("enum must be a non-empty list"), was remembered under the
+    key of {"enum": [1, 2]}, which was then refused too. A non-string key was a TypeError."""
+    from decision.schemas import JsonAnswer, compile_answer
+
+    with pytest.raises(ValidationError) as info:
+        JsonAnswer(schema=schema)
+    assert info.value.errors()[0]["loc"] == ("schema",)
+    assert compile_answer(JsonAnswer(schema={"enum": [1, 2]}), ctx, "q").num_states > 1
+    shared = {"type": "boolean"}  # one sub-schema in two places is JSON data; a cycle is not
+    JsonAnswer(schema={"type": "object", "properties": {"a": shared, "b": shared}})
+    cycle: dict[str, Any] = {"type": "array"}
+    cycle["items"] = cycle
+    with pytest.raises(ValidationError):
+        JsonAnswer(schema=cycle)
+
+
 # -- compile time of regexes (in this file for its small tokenizer fixture) ---------------------
 
 
@@ -173,6 +194,26 @@ def test_the_cpu_limit_stops_the_child_not_the_caller(ctx) -> None:
 
     with pytest.raises(SchemaError, match="within 1 s of CPU time"):
         compile_regex("[a-z]*a[a-z]{22}", ctx, budget=8, cpu_limit=1)
+
+
+def test_a_child_stopped_while_sending_is_a_schema_error(ctx, monkeypatch) -> None:
+    """The CPU limit can fall while the child writes a large automaton into the pipe: the
+    parent then read a message cut short, and multiprocessing's OSError ("got end of file
+    during message") escaped instead of the CPU-limit refusal."""
+    import os
+    import signal
+    import struct
+
+    from decision.errors import SchemaError
+    from decision.schemas import compile as compile_module
+
+    def cut_short(conn, *args) -> None:  # pragma: no cover - subprocess
+        conn._send(struct.pack("!i", 1 << 20) + b"x" * 100)  # a 1 MiB message's first bytes
+        os.kill(os.getpid(), signal.SIGXCPU)
+
+    monkeypatch.setattr(compile_module, "_child", cut_short)
+    with pytest.raises(SchemaError, match="within 1 s of CPU time"):
+        compile_module.compile_regex("[a-c]{2}", ctx, budget=4, cpu_limit=1)
 
 
 def test_the_memory_limit_stops_the_child(ctx, monkeypatch) -> None:

@@ -315,7 +315,7 @@ def _guarded_transitions(
                 "machine is busy); not remembered, a retry compiles it again", field_name
             )
         status, payload = parent.recv()
-    except EOFError:
+    except (EOFError, OSError):  # OSError: the child died within its message (mid-send)
         proc.join()
         if proc.exitcode == -signal.SIGXCPU:
             raise SchemaError(

@@ -149,7 +149,22 @@ def _check_literal(value: Any, field: str) -> None:
     elif isinstance(value, dict):
         for key, item in value.items():
             _check_name(key, field)
+            _check_literal_key(key, field)
             _check_literal(item, field)
+
+
+# regex syntax outside a character class (``#&-~`` are text there, ``\\`` _check_name refuses)
+_KEY_META = frozenset(".+*?()|[]{}^$")
+
+
+def _check_literal_key(key: str, field: str) -> None:
+    """Refuse an object key inside an enum/const value that holds regex syntax: outlines-core
+    writes those keys into the regex unescaped (property names it escapes), so the const
+    ``{"a.b": 0}`` allowed the answer ``{"axb": 0}`` and ``{"?": 0}`` the answer ``{"": 0}``."""
+    meta = sorted(set(key) & _KEY_META)
+    if meta:
+        raise SchemaError(f"object key {key!r} in enum/const holds {''.join(meta)!r}, which "
+                          "outlines-core reads as regex syntax; this is not supported", field)
 
 
 def _of_type(value: Any, kind: Any) -> bool:

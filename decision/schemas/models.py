@@ -64,6 +64,31 @@ def is_unicode_text(text: str) -> bool:
     return True
 
 
+def is_json_data(value: Any) -> bool:
+    """Whether ``value`` is data as ``json.loads`` gives it: the compile cache keys a schema by
+    its JSON text, where a tuple reads as a list, so ``{"enum": (1, 2)}``, refused, was
+    remembered as the refusal of ``{"enum": [1, 2]}``. Iterative (no depth limit to hit); a
+    container inside itself (a cycle) is not JSON, one shared by two places is."""
+    todo: list[tuple[Any, bool]] = [(value, False)]
+    path: set[int] = set()  # the containers being walked, from the root to the current one
+    while todo:
+        item, leaving = todo.pop()
+        if leaving:
+            path.discard(id(item))
+        elif isinstance(item, (dict, list)):
+            if id(item) in path:
+                return False
+            if isinstance(item, dict) and not all(isinstance(key, str) for key in item):
+                return False
+            path.add(id(item))
+            todo.append((item, True))
+            todo.extend((child, False) for child in (
+                item.values() if isinstance(item, dict) else item))
+        elif item is not None and not isinstance(item, (str, int, float)):  # bool is an int
+            return False
+    return True
+
+
 class ChoiceAnswer(_Answer):
     """One of 1..256 distinct, non-empty option strings."""
 
@@ -187,6 +212,14 @@ class JsonAnswer(_Answer):
     type: Literal["json"] = "json"
     json_schema: dict[str, Any] = Field(alias="schema")
     max_tokens: int = Field(default=48, ge=1, le=MAX_SLOT_TOKENS, strict=True)
+
+    @field_validator("json_schema")
+    @classmethod
+    def _json_data(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        if not is_json_data(schema):
+            raise ValueError("the schema must be JSON data: objects with string keys, lists, "
+                             "strings, numbers, booleans and null (no tuples, sets or bytes)")
+        return schema
 
     def regex(self) -> str:
         from decision.schemas.json_subset import json_regex
