@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
@@ -214,6 +215,35 @@ def test_a_child_stopped_while_sending_is_a_schema_error(ctx, monkeypatch) -> No
     monkeypatch.setattr(compile_module, "_child", cut_short)
     with pytest.raises(SchemaError, match="within 1 s of CPU time"):
         compile_module.compile_regex("[a-c]{2}", ctx, budget=4, cpu_limit=1)
+
+
+def test_a_long_choice_compiles_under_the_guard(ctx, monkeypatch) -> None:
+    """Options are literals (no blow-up), so choices compiled in the service's own process; 256
+    options of 256 tokens took ~12 s and ~640 MB there before the state limit refused them. A
+    choice whose regex is longer than GUARD_CHOICES_OVER_CHARS compiles in the limited child,
+    to the same automaton; a short one stays in process."""
+    from decision.schemas import ChoiceAnswer, compile_answer
+    from decision.schemas import compile as compile_module
+
+    calls: list[str] = []
+    guarded = compile_module._guarded_transitions
+
+    def spy(regex: str, *args: Any) -> Any:
+        calls.append(regex)
+        return guarded(regex, *args)
+
+    monkeypatch.setattr(compile_module, "_guarded_transitions", spy)
+    short = ChoiceAnswer(options=["yes", "no", "not stated"])
+    compile_answer(short, ctx, "q")
+    assert calls == []
+    words = compile_module.GUARD_CHOICES_OVER_CHARS // 32 // 3 + 2  # of 3 characters each
+    long = ChoiceAnswer(options=[" ".join(["ab"] * words) + f" {i}" for i in range(32)])
+    assert len(long.regex()) > compile_module.GUARD_CHOICES_OVER_CHARS
+    automaton = compile_answer(long, ctx, "q")
+    assert calls == [long.regex()]
+    direct = compile_module.compile_regex(long.regex(), ctx, automaton.budget, guarded=False)
+    assert automaton.num_states == direct.num_states
+    assert torch.equal(automaton.tok, direct.tok) and torch.equal(automaton.dst, direct.dst)
 
 
 def test_the_memory_limit_stops_the_child(ctx, monkeypatch) -> None:

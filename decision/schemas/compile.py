@@ -57,6 +57,11 @@ COMPILE_MEMORY_LIMIT_BYTES = 1 << 30
 # Wall-time safety net for a child starved of CPU on a busy machine: a refusal at this limit says
 # nothing about the regex, so it is not remembered and a retry compiles again.
 COMPILE_WALL_LIMIT_S = 60.0
+# A choice's regex (its options' alternation) longer than this compiles under the guard too: it
+# does not blow up, but grows linearly, and 256 options of 256 tokens (a 460 KB body) took ~12 s
+# and ~640 MB in the service's own process before the state limit refused it. A short one stays
+# in process (the guard's fork costs ~20 ms).
+GUARD_CHOICES_OVER_CHARS = 4096
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -567,9 +572,9 @@ def _compile_answer(answer: _Answer, ctx: TokenizerContext, field_name: str) -> 
     else:
         # user-written regexes can blow up during determinisation: compile those under a guard
         try:
-            automaton = compile_regex(
-                regex, ctx, budget, field_name, guarded=user_regex or answer.type == "json"
-            )
+            guarded = (user_regex or answer.type == "json"
+                       or len(regex) > GUARD_CHOICES_OVER_CHARS)
+            automaton = compile_regex(regex, ctx, budget, field_name, guarded=guarded)
         except SchemaError as exc:
             if user_regex and exc.field == field_name:  # the client's regex is at fault
                 raise type(exc)(exc.message, f"{field_name}.regex") from None
