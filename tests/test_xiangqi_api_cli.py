@@ -154,3 +154,14 @@ def test_serve_refuses_a_port_out_of_range_and_python_m_reports_bad_input(
                        f"got {port}\n")
     assert main(["perft", "--depth", "1", "--fen", "garbage"]) == 2
     assert capsys.readouterr().err.startswith("decision xiangqi: error (fen): FEN needs")
+
+
+def test_the_board_address_is_one_a_browser_takes() -> None:
+    """``--host ::1`` printed http://::1:8000/xiangqi/ (an IPv6 host needs brackets) and
+    ``--port 0`` a port-0 address that no browser reaches."""
+    from apps.xiangqi.cli import board_url
+
+    assert board_url("127.0.0.1", 8000) == "http://127.0.0.1:8000/xiangqi/"
+    assert board_url("::1", 8000) == "http://[::1]:8000/xiangqi/"
+    assert board_url("example.org", 80) == "http://example.org:80/xiangqi/"
+    assert ":0/" not in board_url("127.0.0.1", 0) and "uvicorn" in board_url("127.0.0.1", 0)

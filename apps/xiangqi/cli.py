@@ -177,12 +177,21 @@ def run_serve(args: argparse.Namespace) -> int:
         raise DecisionInputError(f"--port must be from 0 to 65535, got {args.port}", "port")
     check_player_setting(args.model)  # a bad setting: exit 2 now, not a 503 at the first move
     app = create_app(args.db, lambda: player_from_setting(args.model))
-    print(f"Xiangqi board at http://{args.host}:{args.port}/xiangqi/", file=sys.stderr)
+    print(f"Xiangqi board at {board_url(args.host, args.port)}", file=sys.stderr)
     # The app has no start-up or shutdown work (create_app sets up its store): with the lifespan
     # protocol off, a forced quit (a second Ctrl-C) does not log the lifespan task's cancellation
     # as an error traceback.
     uvicorn.run(app, host=args.host, port=args.port, lifespan="off")
     return 0
+
+
+def board_url(host: str, port: int) -> str:
+    """The board's address as a browser takes it: an IPv6 host in brackets; port 0 (the system
+    picks one, which uvicorn's start-up line names) is said as such."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    if port == 0:
+        return f"http://{shown}:<the port uvicorn names below>/xiangqi/"
+    return f"http://{shown}:{port}/xiangqi/"
 
 
 def main(argv: list[str] | None = None) -> int:
