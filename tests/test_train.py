@@ -782,6 +782,39 @@ def test_a_non_finite_loss_is_one_line_with_its_step(
     assert "Traceback" not in "\n".join(err)
 
 
+def test_a_non_finite_gradient_stops_the_run_before_the_update(tmp_path: Path) -> None:
+    """A finite loss with an infinite gradient (the kernels' backward can give one where the
+    forward is finite) passed the loss check: clipping turned it into NaN, the update wrote NaN
+    weights, the checkpoint after that step held them, and neither --resume nor --export could
+    load it (the loader refuses NaN weights); the next step's loss then stopped the run, with
+    that checkpoint as its last."""
+    from decision.errors import TrainingError
+    from decision.model import load_model
+    from decision.tokenizer import special_ids, train_tokenizer
+    from decision.train.loop import CHECKPOINT_DIR, LoopHooks, load_trainer_state, train_loop
+    from decision.train.recipe import build_model
+
+    cfg = tiny_config(tmp_path, max_steps=4, checkpoint_minutes=0.0)  # a checkpoint every step
+    tok = train_tokenizer([generate_text(s) for s in range(20)], 400)
+    model = build_model(cfg, tok)
+    source = RowSource(cfg, tok)
+    ids = special_ids(tok)
+    step_of_row: list[int] = []
+
+    def rows(i: int):  # noqa: ANN202 - the hook's row type
+        step_of_row.append(i // cfg.optim.batch_size + 1)
+        return source.row(i)
+
+    def poison(grad: torch.Tensor) -> torch.Tensor:
+        return grad * float("inf") if step_of_row[-1] == 2 else grad
+
+    model.model.norm.weight.register_hook(poison)
+    with pytest.raises(TrainingError, match="gradient norm is (inf|nan) at step 2"):
+        train_loop(model, cfg, LoopHooks(rows, ids.pad, ids.mask, log=lambda s: None), tmp_path)
+    assert load_trainer_state(tmp_path / CHECKPOINT_DIR)["step"] == 1  # the last good one
+    assert load_model(tmp_path / CHECKPOINT_DIR).tokenizer is not None  # finite weights: loads
+
+
 def test_resume_refuses_a_checkpoint_without_trainer_state(tmp_path: Path) -> None:
     """--resume over a checkpoint lacking trainer_state.pt started a fresh run and overwrote it."""
     from decision.errors import CheckpointError

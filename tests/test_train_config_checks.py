@@ -122,6 +122,27 @@ def test_val_groups_beyond_the_split_are_refused_before_any_file(tmp_path: Path)
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("tokenizer", [
+    {"seed": 10_000_000},  # the VALIDATION split's first groups
+    {"seed": 20_000_000},  # the TEST split's
+    {"seed": 9_999_995},  # runs from TRAIN into VALIDATION
+])
+def test_tokenizer_seeds_outside_the_train_split_are_refused_before_any_file(
+    tmp_path: Path, tokenizer: dict[str, int]
+) -> None:
+    """The BPE was trained on whatever groups tokenizer.seed named, the held-out groups that
+    select (VALIDATION) and report (TEST) the model included, without a word."""
+    from decision.train.recipe import train
+
+    cfg = config_from_dict(tiny_raw(tmp_path / "run", tokenizer=tokenizer))
+    with pytest.raises(DecisionInputError, match="TRAIN split") as err:
+        train(cfg, max_steps=1)
+    assert err.value.field == "tokenizer.seed"
+    assert not (tmp_path / "run").exists()
+    last = config_from_dict(tiny_raw(tmp_path / "run", tokenizer={"seed": 9_999_990}))
+    assert train(last, max_steps=1).loop.step == 1  # the TRAIN split's last 10 groups: fine
+
+
 # Sizes and counts past their bound: each was accepted when the config was read, then failed
 # late (after the tokenizer was written) or never finished.
 @pytest.mark.parametrize(("section", "key", "value", "bound"), [

@@ -300,6 +300,20 @@ def check_focus_qtypes(cfg: TrainConfig) -> None:
         )
 
 
+def check_tokenizer_seeds(cfg: TrainConfig) -> None:
+    """Refuse a tokenizer corpus (``tokenizer.seed`` and the ``corpus_groups`` after it) that
+    leaves the TRAIN split: the BPE was trained on whatever groups it named, the held-out ones
+    that select (VALIDATION) and report (TEST) the model included, without a word."""
+    t = cfg.tokenizer
+    if t.seed < TRAIN.start or t.seed + t.corpus_groups > TRAIN.stop:
+        raise DecisionInputError(
+            f"tokenizer.seed {t.seed} with tokenizer.corpus_groups {t.corpus_groups} reads "
+            f"groups {t.seed} to {t.seed + t.corpus_groups - 1}, outside the TRAIN split's "
+            f"seeds {TRAIN.start} to {TRAIN.stop - 1} (held-out text in the tokenizer)",
+            "tokenizer.seed",
+        )
+
+
 def check_val_groups(cfg: TrainConfig) -> None:
     """Refuse a ``data.val_groups`` above the VALIDATION split's seeds: it was refused only
     when the validation set was built, after the run had written its tokenizer, in a line that

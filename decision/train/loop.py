@@ -652,7 +652,15 @@ def train_loop(
                 )
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+            # an inf/NaN gradient under a finite loss: clipping makes it NaN, the update would
+            # write NaN weights and the next checkpoint hold them (unloadable: no resume)
+            if not torch.isfinite(norm):
+                raise TrainingError(
+                    f"the gradient norm is {norm.item()} at step {step + 1} (the loss is "
+                    f"{loss.item():.4g}): the run diverged and stopped before the update "
+                    f"(optim.lr is {cfg.optim.lr}); the last checkpoint, if any, is kept"
+                )
             opt.step()
             sched.step()
             step += 1

@@ -29,6 +29,7 @@ from decision.train.data import (
     RowSource,
     ValidationSet,
     check_focus_qtypes,
+    check_tokenizer_seeds,
     check_val_groups,
     tokenizer_corpus,
 )
@@ -302,6 +303,8 @@ def train(
     check_val_groups(cfg)
     check_num_segments(cfg, MAX_QUESTIONS)  # a contract group asks up to MAX_QUESTIONS
     resume_from = begin_run(cfg, resume, max_minutes, max_steps)
+    if resume_from is None and init_from is None:  # a tokenizer is trained: on TRAIN groups
+        check_tokenizer_seeds(cfg)
     out = Path(cfg.run.out_dir)
 
     def new_tokenizer() -> Tokenizer:
