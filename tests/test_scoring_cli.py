@@ -212,6 +212,18 @@ def test_score_usage_errors(tmp_path: Path, checkpoint: Path,
     assert cli_main(["score", str(src), "--out", str(tmp_path / "no-dir" / "o.csv"),
                      "--model", str(checkpoint), "--no-progress"]) == 2
     assert "cannot write" in capsys.readouterr().err
+    # an option's error names the flag as it is typed (was "--max_steps")
+    assert cli_main(["score", str(src), "--out", str(tmp_path / "o2.csv"), "--max-steps", "0",
+                     "--model", str(checkpoint), "--no-progress"]) == 2
+    assert "--max-steps:" in capsys.readouterr().err
+    # a folder as --out: refused before the model loads, leaving no run record beside it (was
+    # "cannot write: Is a directory" once the model had loaded, and FOLDER-run.json left behind)
+    folder = tmp_path / "preds"
+    folder.mkdir()
+    assert cli_main(["score", str(src), "--out", str(folder), "--model",
+                     str(tmp_path / "no-model"), "--no-progress"]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert not (tmp_path / "preds-run.json").exists()
 
 
 @pytest.mark.slow

@@ -52,6 +52,12 @@ def test_is_correct_by_answer_type() -> None:
     ({"type": "json", "schema": {"type": "array", "items": {"type": "string"}}}, ["a"], True),
     ({"type": "json", "schema": {"type": "array", "items": {"type": "string"}}}, [1], False),
     ({"type": "choice", "options": ["a", "b"]}, "a", True),
+    # an integer written 1.0 (a JSON gold from a float column): the model's {"n": 1} equals it,
+    # so it fits; the gold was refused as one "the model could never give"
+    ({"type": "json", "schema": {"type": "object", "properties": {"n": {"type": "integer"}},
+                                 "required": ["n"]}}, {"n": 1.0}, True),
+    ({"type": "json", "schema": {"type": "object", "properties": {"n": {"type": "integer"}},
+                                 "required": ["n"]}}, {"n": 1.5}, False),
 ])
 def test_gold_fits_the_answer_language(schema: dict[str, Any], gold: Any, fits: bool) -> None:
     assert gold_fits(_answer(schema), gold) is fits
@@ -71,6 +77,18 @@ def test_gold_key_keeps_distinct_values_apart() -> None:
     assert gold_key("json", "[true]") != gold_key("json", "[1]")
     assert gold_key("choice", "Yes") != gold_key("choice", "yes")
     assert gold_key("integer", "not a number") == "not a number"  # a hand-edited file
+
+
+def test_gold_key_of_json_integers_a_float_cannot_hold() -> None:
+    # an integer of 401 digits: float() overflowed, a traceback when the summary was written
+    big = "1" + "0" * 400
+    assert gold_key("json", f"[{big}]") != gold_key("json", f"[{big[:-1]}1]")
+    # 2**53 and 2**53 + 1 are different answers (same_value) and were one float
+    assert gold_key("json", str(2**53)) != gold_key("json", str(2**53 + 1))
+    assert gold_key("json", str(2**53)) == gold_key("json", f"{2**53}.0")
+    rows = [PredictionRow(f"g{i}", "q", "joint", "json", big, 0.9, big, True, 1, 1.0)
+            for i in range(2)]
+    assert majority_baseline(records(rows)) == pytest.approx(1.0)
 
 
 def test_the_majority_baseline_counts_one_gold_however_it_is_written() -> None:

@@ -219,6 +219,29 @@ def test_recover_refuses_a_foreign_file(tmp_path: Path) -> None:
     assert recover(tmp_path / "none.csv", {}) == set()
 
 
+@pytest.mark.parametrize(("column", "cell"), [("confidence", "high"), ("correct", "yes"),
+                                              ("steps", "")])
+def test_a_predictions_row_with_a_bad_cell_is_refused_by_its_line(
+    tmp_path: Path, column: str, cell: str
+) -> None:
+    out = tmp_path / "out.csv"
+    with PredictionWriter(out, append=False) as writer:
+        writer.write_group([_row("g1", "a"), _row("g1", "b")])
+    lines = out.read_text().splitlines(keepends=True)
+    cells = next(csv.reader([lines[2]]))
+    cells[OUTPUT_COLUMNS.index(column)] = cell
+    lines[2] = ",".join(cells) + "\n"  # a hand-edited predictions file
+    out.write_text("".join(lines))
+    before = out.read_bytes()
+    # read back: was a ValueError traceback (after a whole resumed run), or "yes" read as wrong
+    with pytest.raises(DecisionInputError, match=f"out.csv:3: .*{column}"):
+        read_predictions(out)
+    # resumed: refused before anything is decided, the file untouched
+    with pytest.raises(DecisionInputError, match=f"out.csv:3: .*{column}"):
+        recover(out, {"g1": 2})
+    assert out.read_bytes() == before
+
+
 def test_a_malformed_first_row_skips_only_itself(tmp_path: Path) -> None:
     # the later rows leave the document empty, as the format allows: they still join the group
     path = tmp_path / "in.csv"

@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         options = DecideOptions(threshold=args.threshold, max_steps=args.max_steps)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise DecisionInputError(f"--{err['loc'][0]}: {err['msg']}", str(err["loc"][0])) from None
+        flag = "--" + str(err["loc"][0]).replace("_", "-")  # --max-steps, as it is typed
+        raise DecisionInputError(f"{flag}: {err['msg']}", str(err["loc"][0])) from None
     input_path, out_path = Path(args.input), Path(args.out)
     if not input_path.is_file():
         raise DecisionInputError(f"{input_path}: no such file", "input")

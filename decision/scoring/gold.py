@@ -31,7 +31,9 @@ def gold_fits(answer: Any, gold: Any) -> bool:
         except re.error:  # Rust-regex syntax Python's re does not read: left unchecked
             return True
     if isinstance(answer, JsonAnswer):
-        return json_subset.validate(gold, answer.json_schema)
+        # an integer written 1.0 fits an integer field: the model's 1 equals it (same_value)
+        return (json_subset.validate(gold, answer.json_schema)
+                or json_subset.validate(_integral_as_int(gold), answer.json_schema))
     return True  # choice, boolean and number golds are checked as they are parsed
 
 
@@ -56,14 +58,17 @@ def is_correct(answer: Any, value: Any, gold: Any) -> bool:
     return same_value(value, gold)
 
 
-def _numbers_as_floats(value: Any) -> Any:
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int | float):
-        return float(value)
+def _integral_as_int(value: Any) -> Any:
+    """``value`` with every integral float an int (``1.0`` -> ``1``) at every depth: the same
+    number as ``same_value`` has it, exactly (as floats, an integer of over 308 digits
+    overflowed and integers above 2**53 ran together)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     if isinstance(value, list):
-        return [_numbers_as_floats(v) for v in value]
-    return {k: _numbers_as_floats(v) for k, v in value.items()}
+        return [_integral_as_int(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _integral_as_int(v) for k, v in value.items()}
+    return value
 
 
 def gold_key(answer_type: str, text: str) -> str:
@@ -78,7 +83,7 @@ def gold_key(answer_type: str, text: str) -> str:
         if answer_type == "number":
             return repr(float(text))
         if answer_type == "json":
-            return json.dumps(_numbers_as_floats(json.loads(text)), sort_keys=True)
+            return json.dumps(_integral_as_int(json.loads(text)), sort_keys=True)
     except (ValueError, RecursionError):
         pass
     return text

@@ -13,7 +13,7 @@ import io
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from decision.errors import DecisionInputError
 
@@ -62,17 +62,29 @@ class PredictionRow:
 
     @classmethod
     def from_cells(cls, cells: Mapping[str, str]) -> PredictionRow:
+        """The row of a predictions file's cells; ``ValueError`` naming the column of a cell
+        this tool never writes (a hand-edited file: a ``correct`` of ``yes`` was read as wrong,
+        a ``confidence`` of ``high`` was a traceback once the run was over)."""
+
+        def number(name: str, kind: type[int] | type[float]) -> Any:
+            try:
+                return kind(cells[name])
+            except ValueError:
+                raise ValueError(f"{name} {cells[name]!r} is not a number") from None
+
+        if cells["correct"] not in ("", "0", "1"):
+            raise ValueError(f"correct {cells['correct']!r} is not 1, 0 or empty")
         return cls(
             group_id=cells["group_id"],
             question_id=cells["question_id"],
             mode=cells["mode"],
             answer_type=cells["answer_type"],
             prediction=cells["prediction"],
-            confidence=float(cells["confidence"]),
+            confidence=number("confidence", float),
             gold=cells["gold"] if cells["gold"] != "" else None,
             correct=None if cells["correct"] == "" else cells["correct"] == "1",
-            steps=int(cells["steps"]),
-            tokens_per_forward=float(cells["tokens_per_forward"]),
+            steps=number("steps", int),
+            tokens_per_forward=number("tokens_per_forward", float),
         )
 
 
@@ -124,7 +136,23 @@ def read_predictions(path: Path) -> list[PredictionRow]:
             raise DecisionInputError(
                 f"{path}: not a predictions file (header {reader.fieldnames})", "out"
             )
-        return [PredictionRow.from_cells(row) for row in reader]
+        rows: list[PredictionRow] = []
+        start = reader.line_num + 1  # the line a row starts on
+        for cells in reader:
+            rows.append(_parsed(path, start, cells))
+            start = reader.line_num + 1
+        return rows
+
+
+def _parsed(path: Path, line: int, cells: Mapping[Any, Any]) -> PredictionRow:
+    """``PredictionRow.from_cells``, or a ``DecisionInputError`` naming the file and ``line``
+    (where the row starts)."""
+    try:
+        if len(cells) != len(OUTPUT_COLUMNS) or None in cells.values():  # DictReader's fill
+            raise ValueError(f"a row of {len(OUTPUT_COLUMNS)} cells expected")
+        return PredictionRow.from_cells(cells)
+    except ValueError as exc:
+        raise DecisionInputError(f"{path}:{line}: not a predictions row: {exc}", "out") from None
 
 
 def beside(out_path: Path, what: str) -> Path:
@@ -184,8 +212,19 @@ def recover(
     header = next(reader, None)
     if header is None or tuple(header) != OUTPUT_COLUMNS:
         raise foreign
-    # the whole rows, read once for the checks below (a partial row is cut off further down)
-    rows = [r for r in csv.reader(iter(lines[1:])) if len(r) == len(OUTPUT_COLUMNS)]
+    # the whole rows, read once for the checks below (a partial row is cut off further down);
+    # one with a cell this tool never writes (a hand-edited file) is refused by its line
+    rows: list[list[str]] = []
+    body, start = csv.reader(iter(lines[1:])), 2
+    for r in body:
+        if len(r) == len(OUTPUT_COLUMNS):
+            try:
+                _parsed(path, start, dict(zip(OUTPUT_COLUMNS, r, strict=True)))
+            except DecisionInputError as exc:
+                raise DecisionInputError(f"{exc.message}; refusing to resume into it (fix "
+                                         "or remove it, or choose another --out)", "out") from None
+            rows.append(r)
+        start = body.line_num + 2
     if modes is not None:
         mode_at = OUTPUT_COLUMNS.index("mode")
         other = {r[mode_at] for r in rows} - set(modes)

@@ -120,13 +120,16 @@ def _decide_all(engine: ServiceEngine, prepared: list[Any]) -> list[Any]:
 
 
 def check_paths(input_path: Path, out_path: Path, *, resume: bool, overwrite: bool) -> None:
-    """Refuse an ``out_path`` this run must not write: the input itself, or an existing
+    """Refuse an ``out_path`` this run must not write: a folder, the input itself, or an existing
     non-empty file without ``resume`` (continue it) or ``overwrite`` (replace it), since it may
     be anything (another run's predictions, someone's notes). Cheap: called before the model
     loads, and again by ``score_csv``."""
     if resume and overwrite:
         raise DecisionInputError("--resume continues the predictions file and --overwrite "
                                  "replaces it: not both", "out")
+    if out_path.is_dir():  # else refused only once the model loaded, its run record written
+        raise DecisionInputError(f"{out_path}: is a folder; --out names the predictions file "
+                                 "(OUT.csv)", "out")
     if out_path.resolve() == input_path.resolve():
         # the writer would truncate the input it was scoring
         raise DecisionInputError(f"{out_path}: the predictions would overwrite the input", "out")
