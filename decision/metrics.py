@@ -407,8 +407,12 @@ def summarize(records: Sequence[Record], n_boot: int = 2000, seed: int = 0
            if result["modes"][mode]["per_question"].get("few_groups")]
     if few:
         groups = len(_by_group(by_mode[few[0][0]]))
-        lines += ["", f"Note: per-question intervals rest on {groups} groups (fewer than "
-                  f"{FEW_GROUPS}): the cluster-robust interval is optimistic (too narrow)."]
+        if groups < 2:  # no interval at all (shown as -), not a narrow one
+            lines += ["", "Note: the predictions rest on one group: no per-question interval "
+                      "(the cluster-robust variance needs two groups or more)."]
+        else:
+            lines += ["", f"Note: per-question intervals rest on {groups} groups (fewer than "
+                      f"{FEW_GROUPS}): the cluster-robust interval is optimistic (too narrow)."]
     if "joint_minus_standalone" in result:
         d = result["joint_minus_standalone"]
         q, g = Estimate(**d["question"]), Estimate(**d["group"])

@@ -104,6 +104,14 @@ def test_few_groups_are_noted_in_the_summary() -> None:
     assert "fewer than 30" not in table
 
 
+def test_one_group_is_noted_as_no_interval_not_a_narrow_one() -> None:
+    """With one group the per-question interval is not computed (shown as -), yet the note
+    said it rested on "1 groups" and was "optimistic (too narrow)"."""
+    _, table = summarize([Record("g", "q1", True), Record("g", "q2", False)])
+    assert "1 groups" not in table and "too narrow" not in table
+    assert "one group: no per-question interval" in table
+
+
 def test_singleton_groups_give_the_ordinary_binomial_se() -> None:
     oks = [True] * 7 + [False] * 3
     est = per_question_accuracy([Record(f"g{i}", "q", ok) for i, ok in enumerate(oks)])

@@ -390,3 +390,17 @@ def test_distinct_outputs_never_share_a_summary() -> None:
                                                      Path("runs/preds.summary.md"))
     assert summary_paths(Path("preds.v1")) == (Path("preds.v1-summary.json"),
                                                Path("preds.v1-summary.md"))
+
+
+def test_the_skipped_table_keeps_a_group_id_with_a_bar_or_line_break_in_its_cell() -> None:
+    """A group id holding ``|`` (or a line break) split its row of the summary's Skipped table."""
+    from decision.scoring.groups import Problem
+    from decision.scoring.runner import ScoreResult
+    from decision.scoring.summary import build_summary
+
+    result = ScoreResult(groups=[], modes=("joint",), resumed=0, scored=0, problems=[
+        Problem(3, "a|b", "bad | options"), Problem(4, "c\nd", "why")])
+    _, markdown = build_summary(result, "m", Path("in.csv"), Path("out.csv"))
+    rows = [line for line in markdown.splitlines() if line.startswith("| 3 ") or
+            line.startswith("| 4 ")]
+    assert rows == ["| 3 | a\\|b | bad \\| options |", "| 4 | c d | why |"]

@@ -78,10 +78,15 @@ def build_summary(
     if result.problems:
         lines += ["## Skipped", "", "| line | group | reason |", "|---:|---|---|"]
         for p in result.problems:
-            reason = p.reason.replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {p.line} | {p.group_id or ''} | {reason} |")
+            lines.append(f"| {p.line} | {_cell(p.group_id or '')} | {_cell(p.reason)} |")
         lines.append("")
     return data, "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """``text`` as one Markdown table cell: a ``|`` or a line break in it (a group id may hold
+    either) would split the row."""
+    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def write_summary(
