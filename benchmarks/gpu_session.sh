@@ -10,6 +10,8 @@
 # Logs go to $OUT (the device tool's folder) or else runs/gpu-session. A smoke run of the logic
 # here: PY=.venv/bin/python DEVICE=cpu PROBE_STEPS=10 STAGE_SECONDS=20 POSITIONS=50 \
 #   bash benchmarks/gpu_session.sh train
+# A failed step does not stop the others (device time is short), but is named at the end and
+# makes the exit status 1; a step that the rest needs (the stage's length) stops the run.
 set -uo pipefail
 part=${1:?usage: gpu_session.sh prepare|checks|train}
 case $part in prepare|checks|train) ;; *) echo "unknown part $part: prepare, checks or train"; exit 2;; esac
@@ -20,6 +22,8 @@ stage_seconds=${STAGE_SECONDS:-240}
 positions=${POSITIONS:-2000}
 mkdir -p "$out"
 step() { echo "== $* ($(date -u +%T))"; }
+failed=""
+fail() { echo "== FAILED: $1"; failed="$failed${failed:+, }$1"; }
 
 if [ "$part" = prepare ]; then
   # The device image holds torch, triton, tokenizers, safetensors, numpy, pytest and hypothesis
@@ -34,8 +38,9 @@ if [ "$part" = prepare ]; then
   # the master games and the cache of training-position keys (the "unseen" split of agreement)
   mkdir -p .xqdata
   cp ../shared/data/xiangqi/*.jsonl.gz .xqdata/ || exit 1
-  [ -f runs/xiangqi-train-keys.npy.source.json ] || .venv/bin/python -m apps.xiangqi.evaluate keys
-  cp runs/xiangqi-train-keys.npy runs/xiangqi-train-keys.npy.source.json .xqdata/
+  [ -f runs/xiangqi-train-keys.npy.source.json ] || .venv/bin/python -m apps.xiangqi.evaluate keys \
+    || exit 1
+  cp runs/xiangqi-train-keys.npy runs/xiangqi-train-keys.npy.source.json .xqdata/ || exit 1
   du -sh .whl .xqdata
   exit 0
 fi
@@ -57,15 +62,18 @@ step machine
 if [ "$part" = checks ]; then
   step "GPU tests: training device, engine answers against the CPU, kernels in the model"
   timeout 300 $py -m pytest -q -p no:cacheprovider tests/test_train_device.py \
-    tests/test_engine_cuda.py tests/test_kernels_model_parity.py 2>&1 | tee "$out/tests.log"
+    tests/test_engine_cuda.py tests/test_kernels_model_parity.py 2>&1 | tee "$out/tests.log" \
+    || fail "GPU tests"
   for dtype in float32 bfloat16; do
     step "joint vs standalone vs AR, lease, $device $dtype"
     timeout 150 $py benchmarks/joint_vs_standalone.py --device $device --dtype $dtype --repeats 5 \
-      2>&1 | tee "$out/joint_vs_standalone_${device//:/-}_$dtype.md"
+      2>&1 | tee "$out/joint_vs_standalone_${device//:/-}_$dtype.md" \
+      || fail "joint vs standalone, lease, $dtype"
   done
   step "joint vs standalone vs AR, contracts group, $device float32"
   timeout 120 $py benchmarks/joint_vs_standalone.py --device $device --contracts-seed 20000000 \
-    --repeats 5 2>&1 | tee "$out/joint_vs_standalone_${device//:/-}_contracts.md"
+    --repeats 5 2>&1 | tee "$out/joint_vs_standalone_${device//:/-}_contracts.md" \
+    || fail "joint vs standalone, contracts group"
 elif [ "$part" = train ]; then
   [ -f .xqdata/train-games.jsonl.gz ] || { echo "carry .xqdata (run 'prepare' here first)"; exit 1; }
   # configs/xiangqi-stage8.json with the carried data, another batch size and run length
@@ -90,7 +98,8 @@ EOF
     rm -rf /tmp/xq-probe-$batch  # a fresh run refuses a directory holding one (a rerun)
     timeout 120 $py -m apps.xiangqi.train_player \
       --config "$(config $batch "$probe_steps" /tmp/xq-probe-$batch)" --init-from models/xiangqi \
-      2>&1 | tee /tmp/throughput-$batch.log | grep -E "step $probe_steps |rror"
+      2>&1 | tee /tmp/throughput-$batch.log | grep -E "step $probe_steps |rror" \
+      || fail "throughput, batch $batch"
     cat /tmp/throughput-$batch.log >> "$out/throughput.log"
   done
   # a stage of about stage_seconds at batch 64, sized from the measured rate (its last tok/s)
@@ -98,20 +107,27 @@ EOF
 import re
 line = [l for l in open('/tmp/throughput-64.log') if ' tok/s ' in l][-1]
 tok_s = float(re.search(r'tok/s (\d+)', line).group(1))
-print(max(10, int($stage_seconds * tok_s / (64 * 300))))")
+print(max(10, int($stage_seconds * tok_s / (64 * 300))))") \
+    || { fail "no tok/s at batch 64: no stage"; echo "== FAILED: $failed"; exit 1; }
   step "stage: batch 64, $steps steps, lr cosine over them, from models/xiangqi"
   rm -rf /tmp/xq-gpu
   timeout 330 $py -m apps.xiangqi.train_player --config "$(config 64 "$steps" /tmp/xq-gpu)" \
-    --init-from models/xiangqi --export /tmp/xq-gpu/export 2>&1 | tee "$out/stage.log" | tail -3
+    --init-from models/xiangqi --export /tmp/xq-gpu/export 2>&1 | tee "$out/stage.log" | tail -3 \
+    || fail "stage"
   # pooled from ply 20, as the model alone is reported (stage 36 on these 2,000: 26.95%)
   step "agreement of the stage's model on $positions reported positions (seed 2026), pooled"
   timeout 150 $py -m apps.xiangqi.evaluate --model /tmp/xq-gpu/export --device $device --threads 8 \
     --out "$out/agreement.json" agreement --positions "$positions" --pool-from-ply 20 --quiet \
     --train-games .xqdata/train-games.jsonl.gz --valid-games .xqdata/valid-games.jsonl.gz \
-    --keys-cache .xqdata/xiangqi-train-keys.npy 2>&1 | tail -3
+    --keys-cache .xqdata/xiangqi-train-keys.npy 2>&1 | tail -3 || fail "agreement"
   mkdir -p "$out/model"  # the stage's model comes back (3 files; 8 at most in all)
-  cp /tmp/xq-gpu/export/{config.json,model.safetensors,tokenizer.json} "$out/model/"
+  cp /tmp/xq-gpu/export/{config.json,model.safetensors,tokenizer.json} "$out/model/" \
+    || fail "the stage's model"
 else
   echo "unknown part $part: prepare, checks or train"; exit 2
+fi
+if [ -n "$failed" ]; then
+  echo "== FAILED: $failed"
+  exit 1
 fi
 step done

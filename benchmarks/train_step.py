@@ -1,9 +1,10 @@
 """Cost of one Xiangqi training step: batches in plain row order vs length-sorted windows.
 
 The same rows, the same model and the same step (``batch_loss`` then ``backward``); variants run
-interleaved, one step each per round, and the table gives medians over the rounds, the mean
-padded history width per batch, and each variant's time relative to plain order; the header
-gives the time to build a row (replay, render, tokenize, lay out), which the loop spends too.
+interleaved, all ``--steps`` steps each per round, and the table gives medians over the rounds
+of the mean step time, the mean padded history width per batch, and each variant's time
+relative to plain order; the header gives the time to build a row (replay, render, tokenize,
+lay out), which the loop spends too.
 The optional ``--bf16`` adds the plain-order step under bf16 autocast.
 
     .venv/bin/python benchmarks/train_step.py    # models/xiangqi, configs/xiangqi-stage8.json
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import statistics
 import sys
 import time
@@ -40,7 +42,8 @@ def main() -> int:
     p.add_argument("--games", type=int, default=5000, help="training games read (the first N)")
     p.add_argument("--windows", type=int, nargs="+", default=[32], help="length_window values")
     p.add_argument("--steps", type=int, default=32,
-                   help="steps timed per variant and round (rounded up to whole windows)")
+                   help="steps timed per variant and round (rounded up to whole windows of "
+                   "every --windows value)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bf16", action="store_true", help="also plain order under bf16 autocast")
@@ -57,8 +60,10 @@ def main() -> int:
     ids = special_ids(tok)
     source = MoveRowSource(games, sample_positions(games, 10_000, 2026), tok)
     bs = cfg.optim.batch_size
-    # whole windows, all timed: every variant trains on the same rows
-    span = -(-args.steps // max(args.windows)) * max(args.windows)
+    # whole windows of every variant, all timed: every variant trains on the same rows (a span
+    # of whole windows of the largest only left a smaller one's last window short of rows)
+    unit = math.lcm(*args.windows)
+    span = -(-args.steps // unit) * unit
     t0 = time.perf_counter()
     rows = [source.row(i) for i in range(span * bs)]  # replay, render, tokenize, lay out
     row_ms = (time.perf_counter() - t0) * 1000 / len(rows)

@@ -6,8 +6,8 @@ need not be computed (about 25 s); each test checks the exit status and the shap
 script prints (its Markdown tables' rows and cells), so a renamed import, option or function the
 script uses fails here rather than at the next recorded run. Not run here: ``pattern_dp.py``
 (its old decoder takes about 15 s even on one slot), ``service_load.py`` (two server start-ups,
-about 15 s), ``train_step.py`` (tests/test_train_batches.py), ``gpu_kernels.py``
-(tests/test_kernels_benchmark.py).
+about 15 s), ``gpu_kernels.py`` (tests/test_kernels_benchmark.py). ``train_step.py`` runs at
+batch 1 with two windows, ``gpu_session.sh`` with a stand-in Python whose every run fails.
 """
 
 from __future__ import annotations
@@ -187,3 +187,31 @@ def test_xiangqi_decoding_variants(load_benchmark: Callable[[str], ModuleType],
     for row in saved:
         assert len(row["views"]) == 4 and row["sound"] and row["restricted"] in row["sound"]
         assert all(view["answer"] in view["probs"] for view in row["views"])
+
+
+@needs_games
+def test_train_step_with_windows_not_dividing_each_other(tmp_path: Path) -> None:
+    config = json.loads((ROOT / "configs" / "xiangqi-stage8.json").read_text())
+    config["train"]["optim"]["batch_size"] = 1
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    out = run("train_step.py", "--config", str(tmp_path / "config.json"), "--games", "20",
+              "--windows", "2", "3", "--steps", "1", "--rounds", "1", "--threads", "1")
+    assert "; 6 rows (" in out  # whole windows of both: 6 steps of 1 row, the same for each
+    table = rows(out)
+    assert [r[0] for r in table] == ["plain order", "sorted windows of 2", "sorted windows of 3"]
+    assert table[0][3] == "1.00" and all(float(r[1]) > 0 and float(r[2]) > 0 for r in table)
+
+
+def test_gpu_session_fails_when_a_step_fails(tmp_path: Path) -> None:
+    """A failed GPU step must not end in "done" with status 0: the others still run, then the
+    failures are named and the exit status is 1."""
+    python = tmp_path / "python"
+    python.write_text('#!/usr/bin/env bash\n[ "$1" = -c ] && exit 0  # the import probes\nexit 3\n')
+    python.chmod(0o755)
+    proc = subprocess.run(["bash", str(BENCHMARKS / "gpu_session.sh"), "checks"], cwd=ROOT,
+                          env=dict(os.environ, PY=str(python), OUT=str(tmp_path / "out")),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout
+    assert proc.stdout.count("== joint vs standalone vs AR") == 3
+    assert "== FAILED: GPU tests, joint vs standalone" in proc.stdout
+    assert "== done" not in proc.stdout
