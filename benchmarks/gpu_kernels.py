@@ -80,7 +80,7 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     return ((a.double() - ref.double()).abs().max() / ref.abs().max().clamp_min(1e-3)).item()
 
 
-def check_gdn() -> list[str]:
+def check_gdn(seed: int) -> list[str]:
     """Triton vs float64 reference on the GPU, fwd and grads; returns the failures."""
     from decision.kernels import chunk_gated_delta_rule
     from decision.kernels.testing import gdn_inputs
@@ -88,7 +88,7 @@ def check_gdn() -> list[str]:
     bad = []
     lengths = LENGTHS_CHECK
     x = gdn_inputs(1, sum(lengths), 4, 8, D_CHECK, D_CHECK, n_states=len(lengths), device=DEVICE,
-                   dtype=torch.float32, seed=int(time.time()))
+                   dtype=torch.float32, seed=seed)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=DEVICE)
     w = None
     grads = []
@@ -112,13 +112,12 @@ def check_gdn() -> list[str]:
     return bad
 
 
-def check_block() -> list[str]:
+def check_block(seed: int) -> list[str]:
     from decision.kernels import block_attention
     from decision.kernels.testing import block_inputs
 
     bad = []
-    x = block_inputs(4, max(LENGTHS_CHECK), 4, 8, D_CHECK, D_CHECK, device=DEVICE,
-                     seed=int(time.time()))
+    x = block_inputs(4, max(LENGTHS_CHECK), 4, 8, D_CHECK, D_CHECK, device=DEVICE, seed=seed)
     res = []
     for backend, dtype in (("torch", torch.float64), ("triton", torch.float32)):
         leaves = {n: (t.to(dtype).requires_grad_() if t.is_floating_point() else t)
@@ -254,15 +253,19 @@ def time_block(sizes: list[int], bw: float, rate: float, hk: int = 16, hv: int =
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smallest sizes only")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="inputs of the correctness checks (default: drawn and printed, so a "
+                             "failure can be replayed)")
     args = parser.parse_args()
+    seed = int(time.time()) if args.seed is None else args.seed
     _fail_without_cuda()
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     bw, rate = machine_rates()
     print(f"measured: copy bandwidth {bw / 1e12:.2f} TB/s, bf16 matmul {rate / 1e12:.0f} TFLOP/s")
-    print("correctness on the GPU (Triton fp32 vs PyTorch float64 reference):")
-    bad = check_gdn() + check_block()
+    print(f"correctness on the GPU (Triton fp32 vs PyTorch float64 reference; --seed {seed}):")
+    bad = check_gdn(seed) + check_block(seed)
     if bad:
-        print(f"FAILED: {', '.join(bad)}")
+        print(f"FAILED: {', '.join(bad)} (replay: --seed {seed})")
         sys.exit(1)
     print("chunk_gated_delta_rule (B=1, Hk=16, Hv=32, D=128, bf16):")
     time_gdn([4096] if args.quick else [4096, 8192, 16384, 32768], bw, rate)

@@ -40,8 +40,8 @@ def test_dry_run_on_cpu(mod: ModuleType, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(mod, "D_CHECK", 16)
     monkeypatch.setattr(mod, "LENGTHS_CHECK", [1, 7, 65])
     monkeypatch.setattr(mod, "bench", lambda fn, grads=(): (fn(), 1.0)[1])
-    assert mod.check_gdn() == []
-    assert mod.check_block() == []
+    assert mod.check_gdn(seed=1) == []
+    assert mod.check_block(seed=1) == []
     mod.time_gdn([65], 1e12, 1e14, hk=1, hv=2, d=16)
     mod.time_block([7], 1e12, 1e14, hk=1, hv=2, d=16, b=2)
     out = capsys.readouterr().out
