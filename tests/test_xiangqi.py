@@ -468,6 +468,24 @@ def test_wxf_tandem_soldiers() -> None:
     assert board.wxf(Move.from_iccs("c5d5")) == "7-=6"
 
 
+def test_wxf_three_of_a_kind_on_a_file_in_a_non_strict_diagram() -> None:
+    # Three chariots on the a-file: the middle one is neither front nor rear, so it keeps its
+    # file digit (as WXF writes the middle of three tandem soldiers) and every text reads back.
+    board = Board(fen_of({"e0": "K", "d9": "k", "a0": "R", "a2": "R", "a5": "R"}), strict=False)
+    assert [board.wxf(Move.from_iccs(f"a{r}b{r}")) for r in (5, 2, 0)] == [
+        "R+=8", "R9=8", "R-=8"
+    ]
+    texts = [board.wxf(m) for m in board.legal_moves]
+    assert len(set(texts)) == len(texts)
+    for m, t in zip(board.legal_moves, texts, strict=True):
+        assert board.parse_wxf(t) == m
+    # Six soldiers on a file are beyond WXF: their shared text is refused, not guessed.
+    six = {"e0": "K", "d9": "k"} | {f"a{r}": "P" for r in range(3, 9)}
+    board = Board(fen_of(six), strict=False)
+    with pytest.raises(IllegalMove, match="ambiguous"):
+        board.parse_wxf("P9=8")
+
+
 def test_wxf_is_unique_and_parses_back_along_random_games() -> None:
     rng = random.Random(3)
     for _ in range(3):

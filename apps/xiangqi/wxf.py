@@ -80,7 +80,9 @@ def _prefix(board: Board, fr: int, code: int, red: bool) -> str:
     idx = column.index(fr)
     n = len(column)
     if t != SOLDIER:
-        return letter + ("+" if idx == 0 else "-")
+        # Three or more (only in non-strict diagrams): the middle ones keep the file digit, as
+        # WXF writes the middle one of three tandem soldiers.
+        return letter + ("+" if idx == 0 else "-" if idx == n - 1 else str(fno))
     tandem_files = sum(1 for g in range(9) if sum(1 for s in range(g, 90, 9) if b[s] == code) >= 2)
     if tandem_files >= 2:
         # Two files with tandem soldiers: the file digit first, then + / - / digit (middle).
@@ -104,13 +106,16 @@ def parse_wxf(board: Board, text: str) -> Move:
     """The legal move whose WXF text is ``text``; raises IllegalMove if none matches.
 
     Matching is against the WXF of every legal move, so whatever :func:`wxf` writes reads back.
+    Text that fits two moves (possible only in non-strict diagrams with more pieces of a kind
+    than WXF provides for, e.g. six soldiers on a file) raises IllegalMove too.
     """
     norm = text.strip().upper().replace(".", "=") if isinstance(text, str) else ""
     if norm[:1] in _ALIASES:
         norm = _ALIASES[norm[0]] + norm[1:]
     legal = board.legal_moves
-    for move in legal:
-        if wxf(board, move) == norm:
-            return move
+    found = [move for move in legal if wxf(board, move) == norm]
+    if len(found) == 1:
+        return found[0]
     side = COLOR_NAMES[board.turn]
-    raise IllegalMove(f"{text!r} is not a legal WXF move for {side} in {board.fen()}", None, legal)
+    why = "is ambiguous" if found else "is not a legal WXF move"
+    raise IllegalMove(f"{text!r} {why} for {side} in {board.fen()}", None, legal)
