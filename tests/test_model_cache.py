@@ -222,3 +222,22 @@ def test_a_cache_of_another_model_is_refused_with_a_clear_error() -> None:
     with pytest.raises(DecisionInputError, match=r"cache layer 0 state has shape \(1, 4, 8, 8\)"):
         wider.denoise(block, fp32_cache)
     fp32.denoise(block, fp32_cache)  # its own cache is accepted
+
+
+@torch.inference_mode()
+def test_padding_after_a_full_reset_gate_leaves_the_row_finite() -> None:
+    """A GDN head whose decay overflows (exp(A_log) = inf: g = -inf, a full reset, which the
+    delta-rule kernels take) used to turn a padded step's g into -inf * 0 = NaN: the padded
+    row's state and its real tokens' logits became NaN while the row alone was finite."""
+    model = tiny_model(seed=0, random_block=True)
+    with torch.no_grad():
+        model.model.layers[0].linear_attn.A_log[0] = 100.0
+    ids = _ids(2, 12, seed=30)
+    mask = torch.tensor([[1] * 12, [1] * 6 + [0] * 6]).bool()
+    batched = model.prefill(ids, attention_mask=mask)
+    single = model.prefill(ids[1:, :6])
+    _assert_cache_close(_row_cache(batched, 1), single)
+    logits = model.history_logits(ids, attention_mask=mask)
+    assert bool(torch.isfinite(logits[1, :6]).all())
+    torch.testing.assert_close(logits[1, :6], model.history_logits(ids[1:, :6])[0],
+                               atol=ATOL, rtol=1e-4)

@@ -146,7 +146,9 @@ class GatedDeltaNet(nn.Module):
         m = mask[..., None, None].to(k.dtype)
         k, v = k * m, v * m
         g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias.float())
-        g = g * mask[..., None].to(g.dtype)
+        # where, not a product: a head whose exp(A_log) overflows has g = -inf (a full reset,
+        # which the kernels take), and -inf * 0 = NaN at a padded step would reach the row's state
+        g = torch.where(mask[..., None].bool(), g, 0.0)
         beta = self.in_proj_b(x)  # raw logits: the op applies the sigmoid
         o, state = chunk_gated_delta_rule(
             q, k, v, g, beta, initial_state=cache.state, output_final_state=True,
