@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -276,3 +277,85 @@ def test_every_decide_many_call_is_in_the_batch_metrics() -> None:
     assert metrics.batch_seconds.count() == calls
     size_sum = sum(len(b) for b in engine.batches)  # 1 + 3 + 1 + 1 + 1
     assert f"decision_batch_size_sum {size_sum}\n" in metrics.render()
+
+
+class StatsEngine(RecordingEngine):
+    """``RecordingEngine`` whose results carry decode statistics, as a ``Decision`` does."""
+
+    def decide_many(self, requests: Sequence[int]) -> list[Any]:  # type: ignore[override]
+        return [SimpleNamespace(value=v, steps=v, tokens_per_forward=float(v))
+                for v in super().decide_many(requests)]
+
+
+def test_a_request_given_up_while_decided_is_no_answer_nor_a_metrics_sample() -> None:
+    # A request abandoned while its batch was decoded (its client left, its deadline passed) has
+    # its rows fixed at once, without forwards: its result was still delivered (a 200 of forced
+    # answers when the worker beat the caller's timeout) and observed, so one 504 of 800 tokens
+    # fixed after 2 steps put 400 into decision_tokens_per_forward.
+    engine = StatsEngine()
+    metrics = _metrics()
+    worker = BatchWorker(engine, max_batch_size=4, max_wait_s=0.05, queue_size=8,
+                         metrics=metrics)
+    worker.start()
+    try:
+        engine.gate.clear()
+        left = worker.enqueue(1, timeout_s=10)
+        expired = worker.enqueue(2, timeout_s=0.3)
+        stayed = worker.enqueue(3, timeout_s=10)
+        assert engine.entered.wait(5)
+        left.abandon()
+        time.sleep(0.4)  # request 2 outlives its deadline while decided
+        engine.gate.set()
+        assert stayed.future.result(5).value == 6
+        for gone in (left, expired):
+            with pytest.raises(RequestExpiredError):
+                gone.future.result(5)
+    finally:
+        worker.stop()
+    assert engine.batches == [[1, 2, 3]]
+    assert metrics.steps.count() == 1 and metrics.tokens_per_forward.count() == 1
+    assert "decision_tokens_per_forward_sum 6\n" in metrics.render()
+
+
+def test_requests_given_up_in_the_queue_take_no_place_in_a_batch() -> None:
+    # The worker took max_batch_size requests off the queue, given-up ones included, and only
+    # then dropped those: under overload, when many callers time out, batches shrank to the few
+    # live requests among them while the others waited for the next batch.
+    engine = RecordingEngine()
+    with _held_worker(engine, 100, max_batch_size=2, max_wait_s=0.0,
+                      queue_size=8) as (worker, blocker):
+        gone = worker.enqueue(1, timeout_s=10)
+        live = [worker.submit(i, timeout_s=10) for i in (2, 3)]
+        gone.abandon()
+        engine.gate.set()
+        assert blocker.result(5) == 200
+        assert [f.result(5) for f in live] == [4, 6]
+        with pytest.raises(RequestExpiredError):
+            gone.future.result(5)
+    assert engine.batches == [[100], [2, 3]]
+
+
+def test_a_failed_batch_is_not_retried_for_requests_given_up_meanwhile() -> None:
+    # After a batch failed, each of its requests was decided again alone, those whose caller had
+    # gone while the batch ran too: decoded (the model's prefill at least) for nobody.
+    class Leaving(RecordingEngine):
+        left: Any = None
+
+        def decide_many(self, requests: Sequence[int]) -> list[int]:
+            if len(requests) > 1:
+                self.left.abandon()  # its client goes away while the batch is decided
+            return super().decide_many(requests)
+
+    engine = Leaving()
+    with _held_worker(engine, 100, max_batch_size=4, max_wait_s=0.0,
+                      queue_size=8) as (worker, blocker):
+        engine.left = worker.enqueue(1, timeout_s=10)
+        bad, good = (worker.submit(i, timeout_s=10) for i in (-1, 2))
+        engine.gate.set()
+        assert blocker.result(5) == 200
+        assert good.result(5) == 4
+        with pytest.raises(ValueError):
+            bad.result(5)
+        with pytest.raises(RequestExpiredError):
+            engine.left.future.result(5)
+    assert engine.batches == [[100], [1, -1, 2], [-1], [2]]

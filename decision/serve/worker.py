@@ -75,6 +75,8 @@ class WorkItem:
 
 _STOP = object()
 
+_GIVEN_UP_DECIDED = "the request was given up while decided"
+
 
 def _gone(item: WorkItem) -> bool:
     """Nobody waits for ``item`` any more: its caller gave up, timed out or cancelled it."""
@@ -265,27 +267,38 @@ class BatchWorker:
 
     def _collect(self) -> tuple[list[WorkItem], bool]:
         """Block for one request, then gather more for at most ``max_wait_s``."""
-        first = self._queue.get()
+        first = self._take(None)
         if first is _STOP:
             return [], True
         batch: list[WorkItem] = [first]
         until = time.monotonic() + self.max_wait_s
         while len(batch) < self.max_batch_size:
-            remaining = until - time.monotonic()
             try:
-                # Past the wait, still take what is already queued: under load batches fill up
-                # without waiting at all.
-                if remaining > 0:
-                    # a huge wait is capped at the longest timeout a lock takes (about 292 years)
-                    item = self._queue.get(timeout=min(remaining, threading.TIMEOUT_MAX))
-                else:
-                    item = self._queue.get(timeout=0)
+                item = self._take(until)
             except queue.Empty:
                 break
             if item is _STOP:
                 return self._claim(batch), True
             batch.append(item)
         return self._claim(batch), False
+
+    def _take(self, until: float | None) -> Any:
+        """The next queued request whose caller still waits, or the stop marker; waits until
+        ``until`` (None: for ever), then raises ``queue.Empty``. Past ``until`` it still takes
+        what is already queued: under load batches fill up without waiting at all. Requests
+        given up on the way are answered here: they would take the place of live ones in the
+        batch (one of ``max_batch_size`` requests, most of them gone, decided a few)."""
+        while True:
+            if until is None:
+                item = self._queue.get()
+            else:
+                remaining = until - time.monotonic()
+                # a huge wait is capped at the longest timeout a lock takes (about 292 years)
+                item = self._queue.get(timeout=min(remaining, threading.TIMEOUT_MAX)
+                                       if remaining > 0 else 0)
+            if item is _STOP or not _gone(item):
+                return item
+            _fail(item, RequestExpiredError("the request was given up while waiting in the queue"))
 
     def _claim(self, batch: list[WorkItem]) -> list[WorkItem]:
         """Drop requests whose caller gave up (cancelled) or whose deadline passed."""
@@ -318,7 +331,7 @@ class BatchWorker:
             # every caller of the batch gave up: it was stopped, nothing to retry or answer
             log.info("batch of %d abandoned by its callers; decoding stopped", len(batch))
             for item in batch:
-                self._resolve(item, RequestExpiredError("the request was given up while decided"))
+                self._resolve(item, RequestExpiredError(_GIVEN_UP_DECIDED))
             return
         except Exception as exc:  # noqa: BLE001 - isolate the request at fault, below
             if len(batch) == 1:
@@ -327,9 +340,17 @@ class BatchWorker:
                 return
             log.warning("batch of %d failed (%s); retrying one by one", len(batch), exc)
             for item in batch:
-                self._execute([item])
+                if item.abandoned:  # its caller left while the batch ran: decided for nobody
+                    self._resolve(item, RequestExpiredError(_GIVEN_UP_DECIDED))
+                else:
+                    self._execute([item])
             return
         for item, result in zip(batch, results, strict=True):
+            if item.abandoned and not isinstance(result, BaseException):
+                # given up while decided: its rows may have been fixed at once, without forwards,
+                # so the result is neither an answer to deliver (if its caller has not yet seen
+                # its timeout) nor a sample of decoding for the step metrics
+                result = RequestExpiredError(_GIVEN_UP_DECIDED)
             self._resolve(item, result)
 
     def _decide_many(self, batch: list[WorkItem]) -> list[Any]:
