@@ -928,6 +928,36 @@ def test_requests_waiting_for_a_validation_thread_are_never_validated_once_given
     asyncio.run(scenario())
 
 
+def test_a_service_started_again_is_no_longer_shutting_down() -> None:
+    # start() after a shutdown (a second lifespan on the same service) kept shutting_down set,
+    # so a request cancelled by its server was answered 503 "shutting down" instead of being
+    # let go as cancelled
+    import asyncio
+
+    from decision.serve.service import DecisionService
+
+    engine = _HeldEngine()
+
+    async def scenario() -> None:
+        service = DecisionService(ServeSettings(include_apps=False))
+        service.start(engine)
+        service.begin_shutdown()
+        await asyncio.to_thread(service.stop)
+        service.start(engine)
+        try:
+            assert not service.shutting_down
+            task = asyncio.ensure_future(service.decide(_decide_body("held")))
+            assert await asyncio.to_thread(engine.entered.acquire, True, 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            engine.release.set()
+            await asyncio.to_thread(service.stop)
+
+    asyncio.run(scenario())
+
+
 def test_the_validation_backlog_is_bounded_by_the_queue_size() -> None:
     # Only the queue after validation was bounded: under overload the requests waiting for a
     # validation thread piled up without limit, each answered 504 at its deadline instead of a

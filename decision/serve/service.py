@@ -110,9 +110,11 @@ class DecisionService:
         return self.engine is not None and self.worker is not None and self.worker.alive
 
     def start(self, engine: ServiceEngine) -> None:
-        """Attach a loaded engine and start the worker that owns it."""
+        """Attach a loaded engine and start the worker that owns it (again after a shutdown:
+        a second lifespan of the same service)."""
         s = self.settings
         self.engine = engine
+        self.shutting_down = False
         self._stopping = asyncio.Event()
         self._prepare_pool = concurrent.futures.ThreadPoolExecutor(
             PREPARE_THREADS, thread_name_prefix="decision-prepare"
