@@ -79,6 +79,10 @@ def test_health_models_docs(server: str) -> None:
     spec = httpx.get(f"{server}/openapi.json").json()
     assert {"/decide", "/health", "/metrics", "/models"} <= set(spec["paths"])
     assert "422" in spec["paths"]["/decide"]["post"]["responses"]
+    # HEAD, as load balancers and uptime checks ask it, was answered 405
+    head = httpx.head(f"{server}/health")
+    assert head.status_code == 200 and head.content == b"" and head.headers["x-request-id"]
+    assert "head" not in spec["paths"]["/health"]
 
 
 def test_commit_option_sets_the_steps(server: str) -> None:

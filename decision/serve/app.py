@@ -26,7 +26,7 @@ from pathlib import Path
 import anyio
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -200,6 +200,12 @@ def create_app(
             model=svc.engine.name if svc.engine is not None else None,
             queue_depth=svc.worker.depth if svc.worker is not None else 0,
         )
+
+    @app.head("/health", include_in_schema=False)
+    async def health_head(svc: ServiceDep) -> Response:
+        """``GET /health`` without its body: load balancers and uptime checks often ask HEAD
+        (answered 405 before). 200 either way, as GET; ``status`` is in GET's body."""
+        return Response(status_code=200)
 
     @app.get("/models", response_model=ModelsBody, tags=["service"])
     async def models(svc: ServiceDep) -> ModelsBody:
