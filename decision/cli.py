@@ -9,6 +9,7 @@ imports all of them.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import select
@@ -44,8 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand, its errors as one line that names it (:func:`exit_status`)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()  # imports every subcommand's module: torch, FastAPI (seconds)
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # a Ctrl-C meanwhile, before exit_status's: one line, too
+        print("decision: interrupted", file=sys.stderr)
+        return 130
     return exit_status(lambda: args.func(args), f"decision {args.command}: ", detail=True)
 
 
@@ -54,7 +59,8 @@ def exit_status(command: Callable[[], int], prefix: str = "", *, detail: bool = 
     stderr: 2 for bad input (a config, an argument) or a checkpoint that cannot be loaded, 1 for
     another (a training run that diverged, TrainingError), 130 for Ctrl-C (outside the training
     loop, which stops with a checkpoint), and 141 (128 + SIGPIPE, as a shell reports a program
-    a closed pipe stopped) without a word when the reader of stdout went away (``| head``). Each
+    a closed pipe stopped) without a word when the reader of stdout went away (``| head``), 1 with
+    one line for a write that a full disk refused (stdout or a file). Each
     line starts with ``prefix``; ``detail`` adds the input's field (``error (field): ...``) and
     says ``cannot load the model`` of a checkpoint, as ``decision COMMAND`` does, where
     ``python -m decision.train`` and ``python -m apps.xiangqi.train_player`` say ``error: ...``
@@ -77,9 +83,16 @@ def exit_status(command: Callable[[], int], prefix: str = "", *, detail: bool = 
             if ctrl_c.seen:  # a Ctrl-C that native code turned into another error
                 print(f"{prefix}interrupted", file=sys.stderr)
                 return 130
+            if isinstance(exc, OSError) and exc.errno in _DISK_FULL:  # stdout or a file
+                where = f"{exc.filename}: " if exc.filename else ""
+                print(f"{prefix}error: cannot write: {where}{exc.strerror}", file=sys.stderr)
+                return 1
             if not isinstance(exc, DecisionError):
                 raise
             return _report(exc, prefix, detail)
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # a write that failed for want of space
 
 
 def _report(exc: DecisionError, prefix: str, detail: bool) -> int:

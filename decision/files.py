@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,7 +14,13 @@ def write_whole(files: Mapping[Path, str]) -> None:
     torn or empty. All parts are written before the first rename, so files that belong together
     (a summary's JSON and Markdown) change within a moment of each other."""
     parts = [(path, path.with_name(path.name + ".part")) for path in files]
-    for (path, part) in parts:
-        part.write_text(files[path], encoding="utf-8")
+    try:
+        for path, part in parts:
+            part.write_text(files[path], encoding="utf-8")
+    except BaseException:  # a full disk, a Ctrl-C: the old files stay, and no part beside them
+        for _, part in parts:
+            with contextlib.suppress(OSError):
+                part.unlink(missing_ok=True)
+        raise
     for path, part in parts:
         os.replace(part, path)

@@ -309,3 +309,53 @@ def test_a_broken_pipe_other_than_stdout_is_not_taken_for_a_reader_gone() -> Non
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 1 and "BrokenPipeError" in proc.stderr  # stdout is fine
+
+
+def test_ctrl_c_while_the_subcommands_load_is_an_interruption(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``decision`` imports every subcommand's module (FastAPI, torch: seconds) before
+    ``exit_status`` runs: a Ctrl-C then printed a KeyboardInterrupt traceback, not one line."""
+    import decision.cli as cli
+
+    def build_parser() -> Any:
+        raise KeyboardInterrupt  # Ctrl-C while torch is imported
+
+    monkeypatch.setattr(cli, "build_parser", build_parser)
+    try:
+        status = main(["decide", "--help"])
+    except KeyboardInterrupt:
+        pytest.fail("the KeyboardInterrupt escaped main()")
+    assert status == 130
+    assert capsys.readouterr().err == "decision: interrupted\n"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_is_one_line_not_a_traceback() -> None:
+    """``decision xiangqi perft > out.txt`` (or ``decide``, ``eval``) on a full disk printed an
+    OSError traceback; now one line that says so, status 1."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:  # every write: ENOSPC
+        proc = subprocess.run(
+            [sys.executable, "-m", "decision.cli", "xiangqi", "perft", "--depth", "1"],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "decision xiangqi: error: cannot write: No space left on device\n"
+
+
+def test_write_whole_that_fails_keeps_the_old_files_and_leaves_no_parts(tmp_path: Path) -> None:
+    """A write that failed (a full disk; here text UTF-8 cannot hold) kept the old files but left
+    the ``NAME.part`` files beside them (a score's ``OUT.summary.json.part``)."""
+    from decision.files import write_whole
+
+    json_path, md_path = tmp_path / "out.summary.json", tmp_path / "out.summary.md"
+    json_path.write_text("old json")
+    md_path.write_text("old md")
+    with pytest.raises(UnicodeEncodeError):
+        write_whole({json_path: "new json", md_path: "new md \ud800"})
+    assert (json_path.read_text(), md_path.read_text()) == ("old json", "old md")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.summary.json", "out.summary.md"]
