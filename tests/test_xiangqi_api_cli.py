@@ -28,6 +28,10 @@ def test_perft_counts(capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["perft", "--depth", "1", "--divide"]) == 0
     out = capsys.readouterr().out
     assert "h2e2: 1" in out and "perft(1) = 44" in out
+    # a negative depth: one line with the command's prefix, as other bad input (it had none)
+    assert main(["perft", "--depth", "-1"]) == 2
+    assert capsys.readouterr().err == ("decision xiangqi: error (depth): --depth must be >= 0, "
+                                       "got -1\n")
 
 
 def test_terminal_game_to_mate_with_undo_and_bad_input() -> None:

@@ -59,9 +59,8 @@ def run_perft(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from apps.xiangqi.perft import divide, perft
 
     out = out or sys.stdout
-    if args.depth < 0:
-        print("depth must be >= 0", file=sys.stderr)
-        return 2
+    if args.depth < 0:  # one line with the command's prefix, as every other bad input
+        raise DecisionInputError(f"--depth must be >= 0, got {args.depth}", "depth")
     board = Board(args.fen)
     start = time.perf_counter()
     if args.divide and args.depth >= 1:
