@@ -98,7 +98,10 @@ _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # a write that failed for want of spa
 def _report(exc: DecisionError, prefix: str, detail: bool) -> int:
     """An error the library raises on purpose, as one line on stderr; its exit status."""
     if isinstance(exc, DecisionInputError):
-        where = f" ({exc.field})" if detail and exc.field else ""
+        # the field, unless the message starts with it already (the request's validation
+        # says "options.threshold: ...": "error (options.threshold): options.threshold: ...")
+        named = exc.field and exc.message.startswith(f"{exc.field}:")
+        where = f" ({exc.field})" if detail and exc.field and not named else ""
         print(f"{prefix}error{where}: {exc.message}", file=sys.stderr)
         return 2
     if isinstance(exc, CheckpointError):

@@ -166,6 +166,24 @@ def test_decide_bad_input_exits_2_with_a_message(
     assert err.startswith("decision decide: error") and message in err
 
 
+def test_a_field_the_message_names_already_is_not_repeated(
+    tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``error (options.threshold): options.threshold: Input should be ...``: once is enough."""
+    document = tmp_path / "doc.txt"
+    document.write_text("Some document.")
+    questions = tmp_path / "q.json"
+    questions.write_text('[{"id": "q", "text": "Late?", "answer": {"type": "boolean"}}]')
+    assert main(["decide", "--document", str(document), "--questions", str(questions),
+                 "--model", str(checkpoint), "--threshold", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("decision decide: error: options.threshold: ") and err.count(
+        "options.threshold") == 1, err
+    assert main(["decide", "--document", str(tmp_path / "absent.txt"), "--questions",
+                 str(questions), "--model", str(checkpoint)]) == 2
+    assert capsys.readouterr().err.startswith("decision decide: error (document): cannot read")
+
+
 def test_decide_takes_the_mode_of_the_questions_file_unless_given(
     tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
