@@ -377,3 +377,23 @@ def test_write_whole_that_fails_keeps_the_old_files_and_leaves_no_parts(tmp_path
         write_whole({json_path: "new json", md_path: "new md \ud800"})
     assert (json_path.read_text(), md_path.read_text()) == ("old json", "old md")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.summary.json", "out.summary.md"]
+
+
+def test_decide_with_stdout_closed_is_no_traceback(tmp_path: Path) -> None:
+    """``decision decide ... >&-``: sys.stdout is None, and writing the answer to it was an
+    AttributeError traceback; the answer goes nowhere, as print's would."""
+    import os
+    import subprocess
+    import sys
+
+    document = tmp_path / "doc.txt"
+    document.write_text("The rent was late.")
+    questions = tmp_path / "q.json"
+    questions.write_text('[{"id": "q", "text": "Late?", "answer": {"type": "boolean"}}]')
+    model = Path(__file__).resolve().parents[1] / "models" / "default"
+    code = ("import sys; from decision.cli import main; sys.exit(main(['decide', '--document', "
+            f"{str(document)!r}, '--questions', {str(questions)!r}, '--model', {str(model)!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lambda: os.close(1), timeout=300, check=False,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +94,6 @@ def run(args: argparse.Namespace) -> int:
     prepared = engine.prepare(body)
     decision = engine.decide_many([prepared])[0]
     response = to_response(decision, engine.name, {})
-    json.dump(response.model_dump(mode="json"), sys.stdout, indent=2, ensure_ascii=False)
-    sys.stdout.write("\n")
+    # print, not sys.stdout.write: started with stdout closed (>&-), sys.stdout is None
+    print(json.dumps(response.model_dump(mode="json"), indent=2, ensure_ascii=False))
     return 0
