@@ -397,3 +397,17 @@ def test_decide_with_stdout_closed_is_no_traceback(tmp_path: Path) -> None:
                           preexec_fn=lambda: os.close(1), timeout=300, check=False,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_parser_loads_neither_torch_nor_fastapi() -> None:
+    """``decision --help`` took 2.5 s: building the parser imported the serve package's app
+    (FastAPI, torch) and the schema compiler (torch, through the contracts demo's gold checks),
+    though cli.py asks its command modules to stay light. It takes a fraction of that now."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from decision.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'fastapi', 'triton') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
