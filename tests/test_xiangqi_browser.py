@@ -605,3 +605,37 @@ def test_new_game_abandons_a_model_move_that_takes_long(server, browser) -> None
     assert page.evaluate("state.id") == new["id"]
     assert not errors, errors
     page.close()
+
+
+def test_a_new_game_refused_while_the_model_thinks_follows_the_old_game(server, browser) -> None:  # type: ignore[no-untyped-def]
+    """New game abandons the model's move, and is refused (a FEN that does not parse): the old
+    game stayed on "model's turn" for good while the server played the abandoned move there, and
+    Model move then said the game was changed in another tab. The page follows the old game until
+    the move lands, and the reason New game failed stays shown."""
+    page, errors = open_board(browser, server)
+    held = _held(page, "**/model-move")
+    click_square(page, "h2")
+    click_square(page, "e2")
+    route = _next_held(page, held)  # the model is thinking for this game
+    old = page.evaluate("state")
+    page.click(".fen-box summary")
+    page.fill("#fen", "not a fen")
+    page.click("#new-game")
+    page.wait_for_function("!busy && !document.getElementById('error').hidden")
+    assert page.evaluate("state.id") == old["id"]
+    assert "another request is changing the game" in page.inner_text("#status")
+    assert page.is_disabled("#model-move") and page.is_disabled("#undo")
+    try:
+        route.abort("failed")
+    except Exception:  # the page already cancelled the request  # noqa: BLE001
+        pass
+    page.unroute("**/model-move")
+    # the server plays the abandoned move (the request the page let go)
+    assert len(_api(server, f"/{old['id']}/model-move", {"version": old["version"]})["moves"]) == 2
+    page.wait_for_function("state.moves.length === 2 && !watching", timeout=10_000)
+    assert page.locator(".mark-last").count() == 1
+    assert page.inner_text("#status") == "Red to move · your move"
+    assert "10 ranks" in page.inner_text("#error")  # why New game failed, still said
+    assert page.is_enabled("#undo")
+    assert not errors, errors
+    page.close()

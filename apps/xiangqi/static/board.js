@@ -449,11 +449,12 @@ async function runNow(task) {
 
 // Another request (another tab, the model thinking for it) is changing this game: read it again
 // every second until its version moves on, then show it, so the board does not stay behind.
-async function follow(id, version) {
+// `clear`: the error shown is about this wait (game_busy), and goes once the game is shown.
+async function follow(id, version, clear = true) {
   const mine = ++following;
   watching = true;
   try {
-    await watch(mine, id, version);
+    await watch(mine, id, version, clear);
   } finally {
     if (mine === following) {
       watching = false;
@@ -465,7 +466,7 @@ async function follow(id, version) {
   }
 }
 
-async function watch(mine, id, version) {
+async function watch(mine, id, version, clear) {
   for (let i = 0; i < 120; i++) {
     await new Promise((resolve) => setTimeout(resolve, 1000));
     if (mine !== following || busy || !state || state.id !== id) return;
@@ -479,7 +480,7 @@ async function watch(mine, id, version) {
     if (next.version !== version) {
       state = next;
       selected = null; // a piece picked in the old position must not move in the new one
-      showError("");
+      if (clear) showError("");
       render();
       return;
     }
@@ -666,12 +667,22 @@ svg.addEventListener("keydown", onBoardKey);
 // While the model thinks, New game abandons that request (its reply, for the old game, is never
 // shown; the server still plays it there) and starts the game once the request has ended.
 el("new-game").addEventListener("click", async () => {
+  let abandoned = null; // the game whose model move was abandoned, and its version then
   if (asking) {
     wanted = null; // New game is the last word, not a game put in the URL meanwhile
+    abandoned = { id: state.id, version: state.version };
     asking.abort();
     await running;
   }
-  run(newGame);
+  await run(newGame);
+  // The new game was refused (a bad FEN, no server): the old game is still shown, and the server
+  // plays the abandoned move there. Follow it until it lands, keeping the error that says why.
+  if (abandoned && !busy && state && state.id === abandoned.id &&
+      state.version === abandoned.version) {
+    follow(abandoned.id, abandoned.version, false);
+    renderStatus();
+    renderButtons();
+  }
 });
 // Enter in the FEN box starts the game from it, as a form would (New game, if it may run now)
 el("fen").addEventListener("keydown", (evt) => {
