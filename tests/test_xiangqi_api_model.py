@@ -30,7 +30,7 @@ from apps.xiangqi.model_player import (
 from apps.xiangqi.players import GreedyPlayer, RandomPlayer
 from apps.xiangqi.pooling import SymmetryPooling
 from apps.xiangqi.render import move_question, position_document, sorted_legal_iccs
-from apps.xiangqi.search import SearchConfig, best_score, move_scores
+from apps.xiangqi.search import MATE, SearchConfig, best_score, move_scores
 
 GAMES = "/api/xiangqi/games"
 
@@ -408,6 +408,26 @@ def test_a_perpetual_check_by_the_opponent_is_not_escaped_by_giving_material() -
     board.push_iccs("a1a0")
     outcome = board.outcome()
     assert outcome is not None and outcome.winner == RED
+
+
+def test_a_repetition_is_not_escaped_into_a_mate() -> None:
+    # Red's general steps f1-f2 and back while Black's chariot goes d6-d8 and back, no checks:
+    # f1f2 now reaches a position the second time (at worst a draw by repetition); the one other
+    # move, e3e4, lets d6f6 mate. With no sound move left that does not repeat, the player took
+    # the best of the others however bad, and walked into the mate to avoid a draw.
+    board = Board("9/9/4k4/3r5/9/9/4P4/6n2/5K3/9 w - - 0 1")
+    for iccs in "f1f2 d6d8 f2f1 d8d6".split():
+        board.push_iccs(iccs)
+    config = SearchConfig(depth=3)
+    step, push = board.parse_iccs("f1f2"), board.parse_iccs("e3e4")
+    scores = move_scores(board, config=config)
+    assert scores[push] < -MATE / 2 < scores[step] == best_score(board, config)
+    assert sound_moves(board, config, margin=0.0) == {step}
+    guided = SearchGuidedPlayer(_FixedAnswers("e3e4", {"e3e4": 0.9, "f1f2": 0.1}))
+    assert guided.choose(board) == step
+    board.push(push)
+    board.push_iccs("d6f6")
+    assert board.is_checkmate()
 
 
 @pytest.mark.parametrize(("clock", "wins"), [(111, True), (112, False), (113, False)])

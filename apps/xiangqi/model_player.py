@@ -264,9 +264,10 @@ def sound_moves(board: Board, search: SearchConfig, margin: float) -> set[Move]:
 
     When every move within the margin would repeat (typically a perpetual check, which loses),
     the best of the moves that do not are taken instead, also within ``margin``; only when every
-    legal move repeats is a repeating one kept.
+    legal move repeats, or every one that does not is searched as a forced loss (being mated is
+    no way out of a repetition, which at worst loses too), is a repeating one kept.
     """
-    from apps.xiangqi.search import best_score, move_scores
+    from apps.xiangqi.search import MATE, best_score, move_scores
 
     legal = board.legal_moves
     floor = best_score(board, search) - check_margin(margin)
@@ -279,7 +280,8 @@ def sound_moves(board: Board, search: SearchConfig, margin: float) -> set[Move]:
     if others:
         exact = move_scores(board, sorted(others, key=Move.iccs), search)
         top = max(exact.values())
-        return {m for m, score in exact.items() if score >= top - margin}
+        if top > -MATE / 2:
+            return {m for m, score in exact.items() if score >= top - margin}
     return fresh or sound
 
 
