@@ -430,6 +430,25 @@ def test_a_repetition_is_not_escaped_into_a_mate() -> None:
     assert board.is_checkmate()
 
 
+def test_a_move_that_wins_by_the_repetition_rule_is_not_vetoed_for_material() -> None:
+    # Black's chariot checks Red's general round and round; f0f1 makes the third occurrence of
+    # that perpetual check and wins at once. The search, which does not know the rule, scored
+    # it as a quiet move and kept only f0e0, which takes the chariot (+9).
+    board = Board("1p2p4/3k3Cc/1r7/9/9/9/6r2/9/9/5K3 b - - 0 1", strict=False)
+    for iccs in ("b7b0 f0f1 g3f3 f1e1 b0b1 e1e0 f3e3 e0f0 b1b0 f0f1 b0f0 f1f0 e3e0 f0f1 e0f0 "
+                 "f1e1 f0e0 e1f1 e0e1 f1f0 e1e0").split():
+        board.push_iccs(iccs)
+    wins, takes = board.parse_iccs("f0f1"), board.parse_iccs("f0e0")
+    for depth in (1, 2, 3):
+        config = SearchConfig(depth=depth)
+        assert move_scores(board, config=config)[takes] > move_scores(board, config=config)[wins]
+        assert sound_moves(board, config, margin=0.0) == {wins}
+    assert SearchGuidedPlayer(_FixedAnswers("f0e0", {"f0e0": 0.9})).choose(board) == wins
+    board.push(wins)
+    outcome = board.outcome()
+    assert outcome is not None and outcome.winner == RED
+
+
 @pytest.mark.parametrize(("clock", "wins"), [(111, True), (112, False), (113, False)])
 def test_a_perpetual_check_the_no_capture_draw_ends_first_is_no_win(clock: int, wins: bool) -> None:
     # The position of the test above, `clock` plies after the last capture: Red's e0e1 reaches

@@ -266,10 +266,17 @@ def sound_moves(board: Board, search: SearchConfig, margin: float) -> set[Move]:
     the best of the moves that do not are taken instead, also within ``margin``; only when every
     legal move repeats, or every one that does not is searched as a forced loss (being mated is
     no way out of a repetition, which at worst loses too), is a repeating one kept.
+
+    Moves that win the game at once (:meth:`Board.outcome`) come first and alone: the search does
+    not know the repetition rule, so the move that makes the third occurrence of the opponent's
+    perpetual check scored as a quiet move, and a capture could veto it.
     """
     from apps.xiangqi.search import MATE, best_score, move_scores
 
     legal = board.legal_moves
+    winning = _winning_at_once(board, legal)
+    if winning:
+        return winning
     floor = best_score(board, search) - check_margin(margin)
     scores = move_scores(board, legal, search, floor=floor)
     sound = {m for m, score in scores.items() if score >= floor}
@@ -283,6 +290,18 @@ def sound_moves(board: Board, search: SearchConfig, margin: float) -> set[Move]:
         if top > -MATE / 2:
             return {m for m, score in exact.items() if score >= top - margin}
     return fresh or sound
+
+
+def _winning_at_once(board: Board, moves: Sequence[Move]) -> set[Move]:
+    """The ``moves`` after which the game is over and won by the side to move now."""
+    us, work, winning = board.turn, board.copy(), set()
+    for move in moves:
+        work.push(move)
+        outcome = work.outcome()
+        work.pop()
+        if outcome is not None and outcome.winner == us:
+            winning.add(move)
+    return winning
 
 
 def guided_pick(answer: Move, probabilities: dict[str, float] | None, sound: set[Move]) -> Move:
