@@ -166,14 +166,20 @@ def test_decide_bad_input_exits_2_with_a_message(
     assert err.startswith("decision decide: error") and message in err
 
 
+def _one_question_files(folder: Path) -> tuple[Path, Path]:
+    """A document and a questions file of one boolean question, for ``decision decide``."""
+    document = folder / "doc.txt"
+    document.write_text("The rent was late.")
+    questions = folder / "q.json"
+    questions.write_text('[{"id": "q", "text": "Late?", "answer": {"type": "boolean"}}]')
+    return document, questions
+
+
 def test_a_field_the_message_names_already_is_not_repeated(
     tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``error (options.threshold): options.threshold: Input should be ...``: once is enough."""
-    document = tmp_path / "doc.txt"
-    document.write_text("Some document.")
-    questions = tmp_path / "q.json"
-    questions.write_text('[{"id": "q", "text": "Late?", "answer": {"type": "boolean"}}]')
+    document, questions = _one_question_files(tmp_path)
     assert main(["decide", "--document", str(document), "--questions", str(questions),
                  "--model", str(checkpoint), "--threshold", "2"]) == 2
     err = capsys.readouterr().err
@@ -386,10 +392,7 @@ def test_decide_with_stdout_closed_is_no_traceback(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    document = tmp_path / "doc.txt"
-    document.write_text("The rent was late.")
-    questions = tmp_path / "q.json"
-    questions.write_text('[{"id": "q", "text": "Late?", "answer": {"type": "boolean"}}]')
+    document, questions = _one_question_files(tmp_path)
     model = Path(__file__).resolve().parents[1] / "models" / "default"
     code = ("import sys; from decision.cli import main; sys.exit(main(['decide', '--document', "
             f"{str(document)!r}, '--questions', {str(questions)!r}, '--model', {str(model)!r}]))")

@@ -71,14 +71,21 @@ def test_checker_cli_reports_unreadable_input_in_one_line(
     """A missing CSV, or a document the checker cannot read: exit 2 with one line, no traceback."""
     assert main([str(tmp_path / "missing.csv")]) == 2
     assert capsys.readouterr().err.startswith("error: cannot open ")
-    group = CsvGroup("g7", "SALES CONTRACT\n\nThe buyer pays $5.", [
+    err = _checked_rent_question("g7", "SALES CONTRACT\n\nThe buyer pays $5.", tmp_path, capsys)
+    assert err.startswith("error: group g7: unknown agreement title") and err.count("\n") == 1
+
+
+def _checked_rent_question(group_id: str, document: str, folder: Path,
+                           capsys: pytest.CaptureFixture[str]) -> str:
+    """The checker CLI's stderr on a one-group CSV asking the monthly rent of ``document``,
+    which it must refuse (status 2)."""
+    group = CsvGroup(group_id, document, [
         CsvQuestion("q1", "What is the monthly rent under the Lease, in dollars?",
                     {"type": "integer", "minimum": 0, "maximum": 10000}, 5)])
-    path = tmp_path / "sales.csv"
+    path = folder / f"{group_id}.csv"
     write_groups([group], path)
     assert main([str(path)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: group g7: unknown agreement title") and err.count("\n") == 1
+    return capsys.readouterr().err
 
 
 @pytest.mark.parametrize("line", [
@@ -93,13 +100,7 @@ def test_an_impossible_date_or_a_huge_number_is_a_check_error(
     document = f"RESIDENTIAL LEASE AGREEMENT\n\n{line}\n"
     with pytest.raises(CheckError):
         parse(document)
-    group = CsvGroup("g1", document, [
-        CsvQuestion("q1", "What is the monthly rent under the Lease, in dollars?",
-                    {"type": "integer", "minimum": 0, "maximum": 10000}, 5)])
-    path = tmp_path / "odd.csv"
-    write_groups([group], path)
-    assert main([str(path)]) == 2
-    err = capsys.readouterr().err
+    err = _checked_rent_question("g1", document, tmp_path, capsys)
     assert err.startswith("error: group g1: ") and err.count("\n") == 1
 
 
