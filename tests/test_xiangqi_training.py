@@ -159,6 +159,13 @@ def test_sampling_is_deterministic_and_weights_fragments(games: list[GameRecord]
         sample_positions(games, 0, seed=1)
 
 
+def test_sampling_only_fragments_at_weight_zero_is_refused(games: list[GameRecord]) -> None:
+    # every ply weighs 0: random.choices raised a bare ValueError ("Total of weights ...")
+    fragments = [GameRecord(g.start_fen, g.moves, "中局") for g in games[:3]]
+    with pytest.raises(DecisionInputError, match="fragment_weight"):
+        sample_positions(fragments, 5, seed=1, fragment_weight=0.0)
+
+
 def test_opening_draws_stay_before_max_ply_and_cover_short_games(
     games: list[GameRecord],
 ) -> None:

@@ -179,6 +179,10 @@ def sample_positions(
     limit = len if max_ply is None else (lambda moves: min(len(moves), max_ply))
     refs = [(g, limit(game.moves)) for g, game in enumerate(games) if game.moves]
     weights = [n * (1.0 if games[g].is_full_game else fragment_weight) for g, n in refs]
+    if not sum(weights) > 0:  # only fragments at weight 0 (or no moves): nothing to draw
+        raise DecisionInputError(
+            f"no ply to draw: no game has moves, or all that do are fragments and "
+            f"fragment_weight is {fragment_weight}", "fragment_weight")
     rng = random.Random(seed)
     chosen = rng.choices(range(len(refs)), weights=weights, k=count)
     return [PositionRef(refs[i][0], rng.randrange(refs[i][1])) for i in chosen]
