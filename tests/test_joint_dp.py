@@ -274,6 +274,35 @@ def test_identity_cache_is_bounded_in_bytes_and_keyed_by_identity() -> None:
     assert cache.get((object(),), 1) is None
 
 
+
+def test_fillings_and_plans_caches_hold_at_most_their_bytes_of_automata(monkeypatch) -> None:
+    """The caches hold the automata they are keyed by: a schema with too many fillings (no
+    table) was counted 64 bytes (a plan 256), so once the compile cache dropped them, the
+    automata of every distinct schema a service had seen stayed alive, without bound."""
+    import gc
+    import weakref
+
+    from decision.joint import completions, constrain
+    from decision.schemas.compile import automaton_bytes
+
+    monkeypatch.setattr(completions, "_cache", completions.IdentityCache(max_bytes=1 << 20))
+    monkeypatch.setattr(constrain, "_plans", completions.IdentityCache(max_bytes=1 << 20))
+    edges, width, alive = 8000, 4, []
+    for i in range(100):  # one state reading any of 8000 tokens: 8000^4 fillings, none listed
+        automaton = TokenAutomaton(1, torch.zeros(edges, dtype=torch.long),
+                                   torch.arange(edges) + i, torch.zeros(edges, dtype=torch.long),
+                                   torch.tensor([True]), budget=width)
+        assert fillings(automaton, width) is None
+        ActiveSlots.build(torch.arange(1), torch.zeros(1, width, dtype=torch.long), [automaton])
+        alive.append(weakref.ref(automaton))
+        del automaton
+    gc.collect()
+    held = sum(1 for ref in alive if ref() is not None)
+    size = edges * 3 * 8 + 1  # automaton_bytes of each
+    assert automaton_bytes(TokenAutomaton(1, *([torch.zeros(edges, dtype=torch.long)] * 3),
+                                          torch.tensor([True]), budget=width)) == size
+    assert held <= 2 * (1 << 20) // size + 2, f"{held} of 100 automata still held"
+
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_narrowed_table_decodes_as_the_full_one(seed: int) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from decision.schemas.compile import TokenAutomaton
+from decision.schemas.compile import TokenAutomaton, automaton_bytes
 
 MAX_CELLS = 32_768  # fillings x width per slot; beyond it the dynamic programmes decode it
 NARROW_ROWS = 512  # smaller tables are not narrowed: a step's fixed costs dominate there
@@ -119,7 +119,10 @@ def fillings(automaton: TokenAutomaton, length: int) -> np.ndarray | None:
     if hit is not None:
         return hit[0]
     table = _enumerate(automaton, length, MAX_CELLS // max(length, 1))
-    _cache.put((automaton,), length, (table,), 64 + (table.nbytes if table is not None else 0))
+    # the entry holds the automaton too: counted, else once the compile cache dropped it, the
+    # automaton of every schema seen (64 bytes each here without a table) stayed alive
+    nbytes = 64 + automaton_bytes(automaton) + (table.nbytes if table is not None else 0)
+    _cache.put((automaton,), length, (table,), nbytes)
     return table
 
 

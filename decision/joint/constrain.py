@@ -16,7 +16,7 @@ import torch
 
 from decision.joint.completions import FillingTable, IdentityCache, fillings
 from decision.joint.dp import PackedAutomata, search, token_marginals, viterbi
-from decision.schemas.compile import TokenAutomaton
+from decision.schemas.compile import TokenAutomaton, automaton_bytes
 
 _Split = tuple[np.ndarray, FillingTable | None, np.ndarray, PackedAutomata | None]
 _plans = IdentityCache(max_bytes=64 << 20)
@@ -38,8 +38,12 @@ def _split(automata: tuple[TokenAutomaton, ...], width: int) -> _Split:
         np.array(searched, dtype=np.int64),
         PackedAutomata.pack([automata[k] for k in searched]) if searched else None,
     )
-    # the table's arrays, and its gather index (added at the first decode), dominate
-    _plans.put(automata, width, split, 256 + (3 * table.tokens.nbytes if table else 0))
+    # the table's arrays, and its gather index (added at the first decode), dominate; the
+    # automata it holds count too, and for the searched ones their packing and its source index
+    # (added at the first decode): some 4x their edges' bytes
+    held = sum(automaton_bytes(a) for a in automata)
+    held += sum(4 * automaton_bytes(automata[k]) for k in searched)
+    _plans.put(automata, width, split, 256 + held + (3 * table.tokens.nbytes if table else 0))
     return split
 
 
