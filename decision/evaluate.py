@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -94,7 +95,7 @@ def latency_summary(latency: dict[str, list[float]]) -> dict[str, dict[str, floa
         mode: {
             "mean_ms": statistics.fmean(v),
             "median_ms": statistics.median(v),
-            "p90_ms": sorted(v)[int(0.9 * (len(v) - 1))],
+            "p90_ms": sorted(v)[math.ceil(0.9 * len(v)) - 1],  # nearest-rank
         }
         for mode, v in latency.items()
         if v

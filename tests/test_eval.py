@@ -194,3 +194,18 @@ def test_a_failed_evaluation_leaves_no_empty_out_folder(
     assert main(["--seed-start", "20000000", "--groups", "1", "--model",
                  str(tmp_path / "no-model"), "--out", str(tmp_path)]) != 0
     assert tmp_path.is_dir()
+
+
+def test_latency_p90_is_nearest_rank_and_never_below_the_median() -> None:
+    """p90 took the value at floor(0.9 (n - 1)): with two groups the faster one (p90 10 ms below
+    the median 55 ms), with five the second slowest. Nearest-rank: the value at ceil(0.9 n)."""
+    from decision.evaluate import latency_summary
+
+    assert latency_summary({"joint": [100.0, 10.0]})["joint"]["p90_ms"] == 100.0
+    assert latency_summary({"joint": [1.0, 2.0, 3.0, 4.0, 5.0]})["joint"]["p90_ms"] == 5.0
+    assert latency_summary({"joint": [7.0]})["joint"]["p90_ms"] == 7.0
+    values = [float(v) for v in range(1, 501)]  # 500 groups: the 450th value, as before
+    assert latency_summary({"joint": values})["joint"]["p90_ms"] == 450.0
+    for n in range(1, 41):
+        s = latency_summary({"joint": [float((7 * i) % n) for i in range(n)]})["joint"]
+        assert s["p90_ms"] >= s["median_ms"]
