@@ -209,3 +209,16 @@ def test_latency_p90_is_nearest_rank_and_never_below_the_median() -> None:
     for n in range(1, 41):
         s = latency_summary({"joint": [float((7 * i) % n) for i in range(n)]})["joint"]
         assert s["p90_ms"] >= s["median_ms"]
+
+
+@pytest.mark.parametrize(("seed_start", "groups", "warned"), [
+    (5, 1, True), (10_000_000, 1, True), (20_099_999, 2, True), (20_000_000, 1, False)])
+def test_seeds_outside_the_test_split_are_warned_of(
+    tiny_dir: Path, capsys: pytest.CaptureFixture[str], seed_start: int, groups: int,
+    warned: bool,
+) -> None:
+    """Only TRAIN seeds were warned of: VALIDATION seeds (which select models) or a range
+    running past TEST's end passed without a word, their numbers printed as any other."""
+    run_eval(str(tiny_dir), seed_start, groups, batch_size=1, n_boot=10)
+    err = capsys.readouterr().err
+    assert ("are not all TEST seeds" in err) is warned, err
