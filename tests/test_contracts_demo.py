@@ -313,6 +313,21 @@ def test_check_route_skips_numbers_no_answer_gives(client: TestClient, answers: 
     assert total["status"] == "skipped" and "10^18" in total["detail"]
 
 
+@pytest.mark.parametrize("answers", [
+    # not one of its options: every rule reading it named it whole
+    {"timely": "x" * 100_000, "given": 1, "required": 1, "deposit": "yes", "renews": "yes"},
+    {"timely": "yes", "given": ["x" * 100_000], "required": 1, "deposit": ["y" * 100_000]},
+])
+def test_check_route_does_not_echo_a_huge_answer_into_every_rule(
+        client: TestClient, answers: dict) -> None:
+    # a 0.9 MB answer came back once per rule that reads it: a 5.4 MB response
+    out = client.post("/api/contracts/check", json={"preset": "lease", "answers": answers})
+    assert out.status_code == 200, out.text
+    assert len(out.content) < 10_000
+    details = [c["detail"] for c in out.json()["checks"] if c["status"] == "skipped"]
+    assert details and all(len(d) < 300 for d in details)
+
+
 @pytest.mark.parametrize(("body", "field"), [
     ({"preset": "nope", "answers": {}}, "preset"),
     ({"preset": "lease"}, "answers"),

@@ -196,13 +196,23 @@ def _is_number(value: Any) -> bool:
     return abs(value) <= LARGEST_NUMBER  # False for nan; inf is above it
 
 
+_SHOWN_CHARS = 60  # an answer quoted in a rule's detail: a long one is cut (one per rule)
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to :data:`_SHOWN_CHARS`: an answer is quoted by every rule that reads
+    it, so a 1 MB answer came back once per rule."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS - 3] + "..."
+
+
 def _not_a_number(name: str, value: Any) -> str:
     """Why ``value`` is not a number a rule reads (without printing a huge integer whole)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > LARGEST_NUMBER:
         return f"{name} is an integer beyond 10^18, which no answer gives"
     if isinstance(value, float) and (value != value or abs(value) > LARGEST_NUMBER):
-        return f"{name} = {value!r} is not a finite number within 10^18"
-    return f"{name} = {value!r} is not a number"
+        return f"{name} = {_shown(value)} is not a finite number within 10^18"
+    return f"{name} = {_shown(value)} is not a number"
 
 
 def show_value(value: Any) -> str:
@@ -242,7 +252,7 @@ def check_rule(rule: Rule, answers: Mapping[str, Any],
     for q in rule.questions:
         allowed, value = (options or {}).get(q), answers[q]
         if allowed is not None and isinstance(value, str) and value not in allowed:
-            return _skip(rule, f"{q} = {value!r} is not one of its options "
+            return _skip(rule, f"{q} = {_shown(value)} is not one of its options "
                                f"({', '.join(allowed)})")
     if isinstance(rule, Implies):
         return _check_implies(rule, answers)
@@ -254,8 +264,8 @@ def check_rule(rule: Rule, answers: Mapping[str, Any],
 def _check_implies(rule: Implies, answers: Mapping[str, Any]) -> RuleCheck:
     for c in (*rule.when, rule.then):
         if not _type_ok(c, answers[c.question]):
-            return _skip(rule, f"{c.question} = {answers[c.question]!r} is not an answer this "
-                               "rule reads (answer type changed?)")
+            return _skip(rule, f"{c.question} = {_shown(answers[c.question])} is not an "
+                               "answer this rule reads (answer type changed?)")
     detail = ", ".join(f"{q} = {show_value(answers[q])}" for q in rule.questions)
     triggered = all(_holds(c, answers[c.question]) for c in rule.when)
     broken = triggered and not _holds(rule.then, answers[rule.then.question])
@@ -274,7 +284,7 @@ def _check_verdict(rule: Verdict, answers: Mapping[str, Any]) -> RuleCheck:
         if not _is_number(value):
             return _skip(rule, _not_a_number(name, value))
     if type(verdict) is not type(rule.if_true):
-        return _skip(rule, f"{rule.question} = {verdict!r} is not an answer this rule reads "
+        return _skip(rule, f"{rule.question} = {_shown(verdict)} is not an answer this rule reads "
                            "(answer type changed?)")
     holds = COMPARISONS[rule.op](left, right)
     right_text = f"{rule.right} = {right}" if isinstance(rule.right, str) else str(right)
