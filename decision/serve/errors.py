@@ -1,5 +1,7 @@
 """Error responses: every failure leaves as ``{"error": {"type", "message", "field",
-"request_id"}}``, ``request_id`` the answer's ``X-Request-ID`` (:mod:`decision.serve.request_id`).
+"request_id"}}``, ``request_id`` the answer's ``X-Request-ID`` (:mod:`decision.serve.request_id`);
+the one exception is a static file asked with a ``Range`` it cannot serve, which Starlette's
+``FileResponse`` answers itself (plain-text 400, empty 416).
 
 Status codes: 400 malformed JSON or no body, 404/405 unknown route or method (a 405 names the
 allowed methods in its message and ``Allow`` header), 413 body over the
