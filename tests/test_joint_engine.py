@@ -112,6 +112,38 @@ def test_lower_threshold_fewer_steps(model) -> None:
     assert loose.answers[1].value == 2026 and loose.answers[1].confidence == pytest.approx(1.0)
 
 
+def test_a_scoring_round_stops_within_a_forward_once_its_batch_is_abandoned(model) -> None:
+    """Abandonment was looked at only between scoring rounds, and a round of several-token
+    options takes several forwards (seconds for 256 long options): a request given up early in
+    a round had the whole round decoded for nobody."""
+    from decision.errors import DecodeAbandonedError
+
+    scored = {"document": DOC, "questions": QUESTIONS, "score_options": True}
+    forwards = 0
+    original = model.denoise
+
+    def counting(*args, **kwargs):
+        nonlocal forwards
+        forwards += 1
+        return original(*args, **kwargs)
+
+    model.denoise = counting
+    try:
+        decide_many(model, [scored])
+        assert forwards >= 2  # the whole decode's rounds; its first alone takes several
+        forwards, asked = 0, [0]
+
+        def abandoned(i: int) -> bool:
+            asked[0] += 1
+            return asked[0] > 2  # the round begins (1), its first forward (2), then given up
+
+        with pytest.raises(DecodeAbandonedError):
+            decide_many(model, [scored], abandoned=abandoned)
+    finally:
+        del model.denoise
+    assert forwards == 1
+
+
 def test_threshold_just_below_one_fixes_certain_tokens(model) -> None:
     """Confidences are float32: compared with a threshold rounded to float32, 1 - 1e-9 became
     1.0, and tokens of confidence 1 (the only valid completion) were not "strictly above" it:

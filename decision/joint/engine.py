@@ -609,7 +609,7 @@ def _run(
             break
         t0 = time.perf_counter()
         result, forwards_s = _score(model, cache, state.ids, block_mask_d, seg_d,
-                                    list(remaining.values()), config)
+                                    list(remaining.values()), config, gone)
         denoise_s += forwards_s
         for level in result.level_rows:
             took_part(level)
@@ -639,15 +639,19 @@ def _surest(slots: dict[int, SlotOptions], probabilities: dict[int, torch.Tensor
 def _score(
     model: Any, cache: Any, blocks: torch.Tensor, block_mask_d: torch.Tensor,
     seg_d: torch.Tensor, slots: list[SlotOptions], config: EngineConfig,
+    check: Callable[[], Any] = lambda: None,
 ) -> tuple[ScoredOptions, float]:
     """Option probabilities of the scored slots (``decision.joint.scoring``), each slot with
     its own positions masked and the rest of its row's block as it stands; and the seconds
-    its model forwards took. ``block_mask_d``/``seg_d`` are already on the model's device."""
+    its model forwards took. ``block_mask_d``/``seg_d`` are already on the model's device.
+    ``check()`` runs before every forward: it raises once every request is abandoned, so a
+    round of many forwards (256 options of several tokens: seconds) stops within one."""
     device = model.device
     forwards_s = 0.0
 
     def denoise(ids: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
         nonlocal forwards_s
+        check()
         t0 = time.perf_counter()
         which_d = which.to(device)
         logits = model.denoise(ids.to(device), cache.index_select(which_d),
