@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 import torch
 
@@ -119,29 +123,35 @@ def test_a_scoring_round_stops_within_a_forward_once_its_batch_is_abandoned(mode
     from decision.errors import DecodeAbandonedError
 
     scored = {"document": DOC, "questions": QUESTIONS, "score_options": True}
-    forwards = 0
+    with _counted_forwards(model) as forwards:
+        decide_many(model, [scored])
+    assert forwards[0] >= 2  # the whole decode's rounds; its first alone takes several
+    asked = [0]
+
+    def abandoned(i: int) -> bool:
+        asked[0] += 1
+        return asked[0] > 2  # the round begins (1), its first forward (2), then given up
+
+    with _counted_forwards(model) as forwards, pytest.raises(DecodeAbandonedError):
+        decide_many(model, [scored], abandoned=abandoned)
+    assert forwards[0] == 1
+
+
+@contextlib.contextmanager
+def _counted_forwards(model: Any) -> Iterator[list[int]]:
+    """``model.denoise`` counting its calls into the one-item list yielded."""
+    count = [0]
     original = model.denoise
 
-    def counting(*args, **kwargs):
-        nonlocal forwards
-        forwards += 1
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
         return original(*args, **kwargs)
 
     model.denoise = counting
     try:
-        decide_many(model, [scored])
-        assert forwards >= 2  # the whole decode's rounds; its first alone takes several
-        forwards, asked = 0, [0]
-
-        def abandoned(i: int) -> bool:
-            asked[0] += 1
-            return asked[0] > 2  # the round begins (1), its first forward (2), then given up
-
-        with pytest.raises(DecodeAbandonedError):
-            decide_many(model, [scored], abandoned=abandoned)
+        yield count
     finally:
         del model.denoise
-    assert forwards == 1
 
 
 def test_threshold_just_below_one_fixes_certain_tokens(model) -> None:
@@ -257,24 +267,13 @@ def test_abandoned_requests_stop_decoding(model) -> None:
     alone = decide(model, **scored_live)
     assert _values(batched[1]) == _values(alone) and batched[1].steps == alone.steps
 
-    forwards = 0
-    original = model.denoise
-
-    def counting(*args, **kwargs):
-        nonlocal forwards
-        forwards += 1
-        return original(*args, **kwargs)
-
-    model.denoise = counting
-    try:
+    with _counted_forwards(model) as forwards:
         with pytest.raises(DecodeAbandonedError):
             decide_many(model, [slow, live], abandoned=lambda i: True)
         scored = {**live, "score_options": True}
         with pytest.raises(DecodeAbandonedError):
             decide_many(model, [scored], abandoned=lambda i: True)
-    finally:
-        del model.denoise
-    assert forwards == 0
+    assert forwards[0] == 0
 
 
 def test_auto_falls_back_to_standalone(model) -> None:
