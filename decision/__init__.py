@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from decision.lazy import lazy_attributes
 
 _LAZY = {
     "load_model": "decision.model",
@@ -16,11 +16,4 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'decision' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

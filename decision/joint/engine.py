@@ -639,7 +639,7 @@ def _surest(slots: dict[int, SlotOptions], probabilities: dict[int, torch.Tensor
 def _score(
     model: Any, cache: Any, blocks: torch.Tensor, block_mask_d: torch.Tensor,
     seg_d: torch.Tensor, slots: list[SlotOptions], config: EngineConfig,
-    check: Callable[[], Any] = lambda: None,
+    check: Callable[[], Any],
 ) -> tuple[ScoredOptions, float]:
     """Option probabilities of the scored slots (``decision.joint.scoring``), each slot with
     its own positions masked and the rest of its row's block as it stands; and the seconds

@@ -6,9 +6,9 @@ alone (read by batch scoring's gold checks, the contracts app) need none of it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from decision.lazy import lazy_attributes
 from decision.schemas.models import (
     AnswerSchema,
     BooleanAnswer,
@@ -37,8 +37,9 @@ __all__ = [
     "tokenizer_context",
 ]
 
-_COMPILE_NAMES = {"TokenAutomaton", "TokenizerContext", "compile_answer", "compile_question",
-                  "literal_automaton", "tokenizer_context"}
+_COMPILE_NAMES = ("TokenAutomaton", "TokenizerContext", "compile_answer", "compile_question",
+                  "literal_automaton", "tokenizer_context")
+__getattr__ = lazy_attributes(__name__, dict.fromkeys(_COMPILE_NAMES, "decision.schemas.compile"))
 
 if TYPE_CHECKING:
     from decision.schemas.compile import (
@@ -50,8 +51,3 @@ if TYPE_CHECKING:
         tokenizer_context,
     )
 
-
-def __getattr__(name: str) -> Any:
-    if name in _COMPILE_NAMES:
-        return getattr(importlib.import_module("decision.schemas.compile"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

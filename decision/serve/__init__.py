@@ -6,8 +6,9 @@ module, and the app's imports (FastAPI, torch) took seconds of every command's s
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from decision.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from decision.serve.app import APP_MODULES, create_app
@@ -17,9 +18,4 @@ _EXPORTS = {"APP_MODULES": "decision.serve.app", "create_app": "decision.serve.a
             "ServeSettings": "decision.serve.settings"}
 
 __all__ = ["APP_MODULES", "ServeSettings", "create_app"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _EXPORTS)
