@@ -165,6 +165,19 @@ def test_play_game_returns_a_replayable_game() -> None:
         play_game(RandomPlayer(), RandomPlayer(), max_plies=-1)
 
 
+def test_play_game_from_a_board_returns_only_the_moves_it_played() -> None:
+    start = Board()
+    start.push_iccs("h2e2")
+    start.push_iccs("h9g7")
+    result, moves = play_game(RandomPlayer(3), RandomPlayer(4), max_plies=10, board=start)
+    assert len(moves) == 10 and moves[:2] != ["h2e2", "h9g7"]
+    assert [m.iccs() for m in start.move_stack] == ["h2e2", "h9g7"]  # the board given is unchanged
+    replay = start.copy()
+    for m in moves:
+        replay.push_iccs(m)
+    assert replay.result() == result
+
+
 def test_greedy_beats_random() -> None:
     score = 0.0
     for seed in (1, 2):

@@ -101,17 +101,20 @@ class GreedyPlayer:
 
 def play_game(red_player: Player, black_player: Player, max_plies: int = 300,
               board: Board | None = None) -> tuple[str, list[str]]:
-    """Play until the game ends or ``max_plies`` plies; returns (result, ICCS moves).
+    """Play until the game ends or ``max_plies`` plies; returns (result, ICCS moves played).
 
     The result is ``board.result()``: ``"1-0"``, ``"0-1"``, ``"1/2-1/2"``, or ``"*"`` when the
-    ply limit stopped an unfinished game. Each player's move is checked legal by ``push``.
+    ply limit stopped an unfinished game. Each player's move is checked legal by ``push``. A
+    ``board`` given goes on from its position (its history counts for repetition) and is not
+    changed; the moves returned are the ones played here, not its earlier ones.
     """
     if max_plies < 0:
         raise ValueError(f"max_plies must be >= 0, got {max_plies}")
     board = board.copy() if board is not None else Board()
+    earlier = len(board.move_stack)
     for _ in range(max_plies):
         if board.outcome() is not None:
             break
         player = red_player if board.turn == RED else black_player
         board.push(player.choose(board.copy()))
-    return board.result(), [m.iccs() for m in board.move_stack]
+    return board.result(), [m.iccs() for m in board.move_stack[earlier:]]
