@@ -200,6 +200,9 @@ def test_score_usage_errors(tmp_path: Path, checkpoint: Path,
     assert cli_main(["score", str(tmp_path / "absent.csv"), "--out", str(tmp_path / "o.csv"),
                      "--model", str(checkpoint)]) == 2
     assert "no such file" in capsys.readouterr().err
+    assert cli_main(["score", str(tmp_path), "--out", str(tmp_path / "o.csv"),
+                     "--model", str(checkpoint)]) == 2
+    assert "is a folder" in capsys.readouterr().err
     foreign = tmp_path / "o.csv"
     foreign.write_text("a,b\n1,2\n")
     src = tmp_path / "in.csv"

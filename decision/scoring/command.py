@@ -56,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         flag = "--" + str(err["loc"][0]).replace("_", "-")  # --max-steps, as it is typed
         raise DecisionInputError(f"{flag}: {err['msg']}", str(err["loc"][0])) from None
     input_path, out_path = Path(args.input), Path(args.out)
+    if input_path.is_dir():
+        raise DecisionInputError(f"{input_path}: is a folder; the input is one CSV file of "
+                                 "question groups", "input")
     if not input_path.is_file():
         raise DecisionInputError(f"{input_path}: no such file", "input")
     check_paths(input_path, out_path, resume=args.resume, overwrite=args.overwrite)
