@@ -128,6 +128,20 @@ def test_an_unusable_store_path_is_one_clear_error_naming_it(tmp_path: Path) -> 
             assert "\n" not in err.message
 
 
+def test_a_path_under_a_file_names_the_file_in_the_way(tmp_path: Path) -> None:
+    """``decision xiangqi serve --db a-file/games.sqlite3`` said
+    '...a-file/games.sqlite3: not a directory', as if the database path were meant to be a
+    folder; the reason names the file that stands where a folder is needed, as the start-up
+    check of ``decision serve`` already did."""
+    (tmp_path / "a-file").write_text("not a folder")
+    for path in (tmp_path / "a-file" / "games.sqlite3",
+                 tmp_path / "a-file" / "deeper" / "games.sqlite3"):
+        for check in (GameStore, check_store_path):
+            with pytest.raises(GameStoreUnusable) as info:
+                check(path)
+            assert info.value.reason == f"{tmp_path / 'a-file'}: not a directory", info.value
+
+
 def test_a_file_shorter_than_a_database_header_is_not_overwritten(tmp_path: Path) -> None:
     """SQLite took a one-byte file for an empty database: the store (and the start-up check,
     which opens it) turned someone's file into a game store. A file of no bytes is a new store."""

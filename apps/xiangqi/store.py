@@ -216,8 +216,10 @@ class GameStore:
         try:
             if self.path.is_dir():
                 raise GameStoreUnusable(self.path, "it is a directory")
-            _refuse_other_file(self.path)
+            # the folder first: under a file, opening the path failed naming the path itself
+            # ("games.sqlite3: not a directory"), not the file in the way
             _existing_folder(self.path)
+            _refuse_other_file(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._connect() as conn:
                 found = conn.execute("PRAGMA user_version").fetchone()[0]
