@@ -83,3 +83,46 @@ def test_prototype_named_question_ids_have_no_expected_answer() -> None:
     assert "from the text" not in shown and "function" not in shown
     assert "✓" not in shown and "✗" not in shown
     assert "constructor" in shown and "yes" in shown  # the answers themselves are there
+
+
+EDITED_SCENARIO = r"""
+// A shipped example whose document is kept: only the questions left as they are (id, text and
+// the whole answer schema) are compared with what the text says.
+const TRI = ["yes", "no", "not stated"];
+demo.examples = [{
+  id: "lease-1", document: "The lease text.",
+  questions: [
+    { id: "timely", text: "On time?", answer: { type: "choice", options: TRI } },
+    { id: "late", text: "How many late?", answer: { type: "integer", minimum: 0, maximum: 12 } },
+    { id: "given", text: "Days given?", answer: { type: "integer", minimum: 0, maximum: 90 } },
+    { id: "fee_due", text: "Fee due?", answer: { type: "boolean" } },
+  ],
+  expected: { timely: "no", late: 2, given: 9, fee_due: true },
+}];
+PAGE.example.value = "lease-1";
+const request = {
+  document: "The lease text.",
+  questions: [
+    // options renamed: "n" is not comparable with "no"
+    { id: "timely", text: "On time?", answer: { type: "choice", options: ["y", "n", TRI[2]] } },
+    // unchanged, keys in another order
+    { id: "late", text: "How many late?", answer: { maximum: 12, type: "integer", minimum: 0 } },
+    // range edited
+    { id: "given", text: "Days given?", answer: { type: "integer", minimum: 0, maximum: 5 } },
+    { id: "fee_due", text: "Fee due?", answer: { type: "boolean" } },
+  ],
+  options: {},
+};
+process.stdout.write(JSON.stringify(Object.keys(expectedFor(request)).sort()));
+"""
+
+
+def test_edited_answer_schemas_have_no_expected_answer() -> None:
+    """The docs: "for a shipped example whose document and question are unchanged" the row says
+    what the text says. A question whose options or range were edited (same id, text and type)
+    is changed: comparing "n" with the example's "no" would mark a right answer wrong."""
+    script = PRELUDE + (static_dir / "demo.js").read_text(encoding="utf-8") + EDITED_SCENARIO
+    done = subprocess.run([NODE, "-"], input=script, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["fee_due", "late"]

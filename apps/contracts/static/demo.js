@@ -271,16 +271,30 @@ function currentExample() {
   return demo.examples.find((e) => e.id === $("example").value) || null;
 }
 
-// The example's expected answers apply only while its document and question are unchanged.
-// No prototype: a question id such as "constructor" or "toString" must not find an inherited
-// member and show it as what the text says.
+// A value with its object keys sorted, so two answer schemas compare by content.
+function canonical(value) {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(Object.keys(value).sort().map((k) => [k, canonical(value[k])]));
+  }
+  return value;
+}
+
+function sameSchema(a, b) {
+  return JSON.stringify(canonical(a)) === JSON.stringify(canonical(b));
+}
+
+// The example's expected answers apply only while its document and question are unchanged: id,
+// text and the whole answer schema (options renamed or a range edited: the answer may no longer
+// be comparable with what the text says). No prototype: a question id such as "constructor" or
+// "toString" must not find an inherited member and show it as what the text says.
 function expectedFor(request) {
   const example = currentExample();
   const expected = Object.create(null);
   if (!example || request.document !== example.document) return expected;
   for (const q of request.questions) {
     const original = example.questions.find((o) => o.id === q.id);
-    if (original && original.text === q.text && original.answer.type === q.answer.type &&
+    if (original && original.text === q.text && sameSchema(original.answer, q.answer) &&
         Object.prototype.hasOwnProperty.call(example.expected, q.id)) {
       expected[q.id] = example.expected[q.id];
     }
