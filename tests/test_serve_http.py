@@ -491,6 +491,16 @@ def test_the_openapi_schema_declares_the_error_shape_the_routes_answer(checkpoin
     assert "HTTPValidationError" not in spec["components"]["schemas"]
 
 
+def test_the_openapi_schema_declares_every_error_status_of_decide(checkpoint: Path) -> None:
+    """``/openapi.json`` is the offline reference (docs/service.md): ``/decide`` answers 415 to
+    a body not sent as JSON, which it did not declare, and its summary said "up to 8
+    questions" of a route that takes 64 outside joint mode."""
+    spec = create_app(ServeSettings(model_path=str(checkpoint), include_apps=False)).openapi()
+    operation = spec["paths"]["/decide"]["post"]
+    assert {"400", "413", "415", "422", "429", "503", "504"} <= set(operation["responses"])
+    assert "64" in operation["description"]
+
+
 _JSON = st.recursive(
     # JSON has no NaN or infinity: the client could not send them
     st.none() | st.booleans() | st.integers(-10**20, 10**20)

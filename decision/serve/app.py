@@ -51,9 +51,10 @@ _ERRORS = {
     for code, text in {
         400: "Malformed JSON.",
         413: "Body over the configured size.",
+        415: "Body not sent as JSON (content-type: application/json).",
         422: "Invalid request; `error.field` names the field.",
         429: "Queue full; retry later.",
-        503: "Model not loaded or shutting down.",
+        503: "Model not loaded, shutting down, or too busy to compile a schema in time.",
         504: "The request outlived its timeout.",
     }.items()
 }
@@ -187,8 +188,9 @@ def create_app(
     async def decide(
         body: DecideBody, svc: ServiceDep, request: Request
     ) -> DecideResponse:
-        """Answer up to 8 questions about one document (joint: one block; standalone: one
-        question a pass). Every answer parses under its schema."""
+        """Answer questions about one document: up to 8 in joint mode (one block), up to 64
+        in standalone (one question a pass) or auto mode (joint passes of up to 8). Every
+        answer parses under its schema."""
         return await svc.decide(body, request)
 
     @app.get("/health", response_model=HealthBody, tags=["service"])
