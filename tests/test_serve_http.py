@@ -497,7 +497,7 @@ def test_the_openapi_schema_declares_every_error_status_of_decide(checkpoint: Pa
     questions" of a route that takes 64 outside joint mode."""
     spec = create_app(ServeSettings(model_path=str(checkpoint), include_apps=False)).openapi()
     operation = spec["paths"]["/decide"]["post"]
-    assert {"400", "413", "415", "422", "429", "503", "504"} <= set(operation["responses"])
+    assert {"400", "403", "413", "415", "422", "429", "503", "504"} <= set(operation["responses"])
     assert "64" in operation["description"]
 
 

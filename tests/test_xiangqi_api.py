@@ -730,3 +730,33 @@ def test_a_null_body_is_no_body_where_the_body_may_be_left_out(client: TestClien
     move(client, g["id"], "h2e2")
     r = client.post(f"{GAMES}/{g['id']}/undo", **json_null)
     assert r.status_code == 200 and r.json()["moves"] == [], r.text
+
+
+@pytest.mark.parametrize("app_kind", ["xiangqi serve", "decision serve"])
+def test_a_write_sent_by_a_page_of_another_site_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, app_kind: str
+) -> None:
+    """A page on any site could make a visitor's browser create games, ask for model moves or
+    undo (an empty POST needs no CORS preflight): the browser labels such a request
+    ``Sec-Fetch-Site: cross-site``, and it is refused before any route runs. The board's own
+    requests (same-origin), reads and clients without the header (curl) are untouched."""
+    if app_kind == "xiangqi serve":
+        client = TestClient(create_app(tmp_path / "games.sqlite3", FirstMovePlayer()))
+    else:
+        client = TestClient(_service_app(tmp_path, monkeypatch))
+    g = new_game(client, model_side="none")
+    cross = {"sec-fetch-site": "cross-site"}
+    for path in (GAMES, f"{GAMES}/{g['id']}/model-move", f"{GAMES}/{g['id']}/undo",
+                 *(["/decide"] if app_kind == "decision serve" else [])):
+        r = client.post(path, headers=cross)
+        assert r.status_code == 403, (path, r.text)
+        err = r.json()["error"]
+        assert err["type"] == "cross_site_request" and "Sec-Fetch-Site" in err["message"]
+        assert err["request_id"] == r.headers["x-request-id"]
+    assert client.get(f"{GAMES}/{g['id']}", headers=cross).json()["moves"] == []  # reads answer
+    for site in ("same-origin", "same-site", "none"):
+        r = client.post(f"{GAMES}/{g['id']}/moves", json={"move": "h2e2"},
+                        headers={"sec-fetch-site": site})
+        assert r.status_code == 200, (site, r.text)
+        client.post(f"{GAMES}/{g['id']}/undo")
+    assert client.post(GAMES, json={}).status_code == 201  # no header: curl, scripts

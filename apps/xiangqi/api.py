@@ -56,6 +56,7 @@ from apps.xiangqi.store import (
 )
 from decision.errors import DecisionError, DecisionInputError
 from decision.serve.api import INVALID_REQUEST_RESPONSES
+from decision.serve.cross_site import CrossSiteWriteMiddleware
 from decision.serve.errors import (
     BodyLimitMiddleware,
     body_error_response,
@@ -613,5 +614,6 @@ def create_app(
     app.include_router(router)
     app.mount(static_url, StaticFiles(directory=static_dir, html=True), name="xiangqi:static")
     configure(app, GameStore(db_path), player if player is not None else player_from_setting)
+    app.add_middleware(CrossSiteWriteMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     return app

@@ -31,6 +31,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from decision.serve.api import DecideBody, DecideResponse, ErrorBody, HealthBody, ModelsBody
+from decision.serve.cross_site import CrossSiteWriteMiddleware
 from decision.serve.errors import BodyLimitMiddleware, install_error_handlers
 from decision.serve.request_id import install_request_ids
 from decision.serve.service import DecisionService, ServiceDep, ServiceEngine
@@ -50,6 +51,7 @@ _ERRORS = {
     code: {"model": ErrorBody, "description": text}
     for code, text in {
         400: "Malformed JSON.",
+        403: "A write sent by a page of another site (Sec-Fetch-Site: cross-site).",
         413: "Body over the configured size.",
         415: "Body not sent as JSON (content-type: application/json).",
         422: "Invalid request; `error.field` names the field.",
@@ -225,6 +227,7 @@ def create_app(
     if settings.include_apps:
         _mount_app_modules(app, APP_MODULES)
 
+    app.add_middleware(CrossSiteWriteMiddleware)  # inside the outcome count: a 403 is "invalid"
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(_OutcomeMiddleware, service=service)
     install_request_ids(app)  # outside every layer, so every answer (a crash's 500 too) has one

@@ -3,7 +3,8 @@
 the one exception is a static file asked with a ``Range`` it cannot serve, which Starlette's
 ``FileResponse`` answers itself (plain-text 400, empty 416).
 
-Status codes: 400 malformed JSON or no body, 404/405 unknown route or method (a 405 names the
+Status codes: 400 malformed JSON or no body, 403 a write sent by a page of another site
+(:mod:`decision.serve.cross_site`), 404/405 unknown route or method (a 405 names the
 allowed methods in its message and ``Allow`` header), 413 body over the
 limit, 415 a body not sent as JSON (content-type), 422 invalid request (the field is named),
 429 queue full, 503 model not loaded, shutting down, or too busy to compile a schema, 504 request
