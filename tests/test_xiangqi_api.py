@@ -111,10 +111,18 @@ def test_illegal_move_lists_the_legal_moves(client: TestClient) -> None:
     r = move(client, g["id"], "zz99")
     assert r.status_code == 422 and r.json()["error"]["type"] == "invalid_move"
     assert "legal_moves" in r.json()["error"]
+    # text too long to be a move is no move either (it was a validation_error of the body's
+    # length), and is not quoted back whole
+    r = move(client, g["id"], "h2e2 " + "x" * 100_000)
+    err = r.json()["error"]
+    assert r.status_code == 422 and err["type"] == "invalid_move" and err["field"] == "move"
+    assert "100005 characters" in err["message"] and len(err["message"]) < 200
+    assert sorted(err["legal_moves"]) == sorted(g["legal_moves"])
     r = client.post(f"{GAMES}/{g['id']}/moves", json={"mv": "h2e2"})
     assert r.status_code == 422 and r.json()["error"]["field"] == "move"
     # Nothing was stored by the failed attempts.
     assert client.get(f"{GAMES}/{g['id']}").json()["version"] == g["version"]
+    assert move(client, g["id"], "  H2-E2  ").status_code == 200  # the padded form still reads
 
 
 def test_moves_out_of_turn(client: TestClient) -> None:

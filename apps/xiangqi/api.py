@@ -327,6 +327,12 @@ class GameService:
                     f"it is {turn}'s turn and the model plays {turn}: ask for its move with "
                     f"POST /api/xiangqi/games/{game_id}/model-move", "move",
                 )
+            if len(text) > MAX_MOVE_CHARS:  # not quoted back whole in the message
+                raise GameApiError(
+                    422, "invalid_move",
+                    f"a move of {len(text)} characters is not an ICCS move: expected from and "
+                    "to squares like 'h2e2' (files a-i, ranks 0-9)", "move", _legal_iccs(board),
+                )
             try:
                 move = board.parse_iccs(text)  # says why a move is illegal
             except IllegalMove as e:
@@ -499,10 +505,14 @@ class NewGame(_Body):
     )
 
 
+# the longest text read as a move ("  H2-E2  " and the like); longer is refused unquoted
+MAX_MOVE_CHARS = 16
+
+
 class MoveRequest(_Body):
     """Body of ``POST .../moves``."""
 
-    move: str = Field(..., description="ICCS move, e.g. h2e2", max_length=16)
+    move: str = Field(..., description="ICCS move, e.g. h2e2")
     # strict: "2", true or 2.0 is a 422, not the version 2 or 1
     version: StrictInt | None = Field(None, description="refuse (409) unless the game is at it")
 
