@@ -45,12 +45,15 @@ def test_serve_without_a_model_prints_why_and_exits_nonzero(
 
 def test_serve_rejects_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--max-batch-size", "0"]) == 2
-    assert "max_batch_size" in capsys.readouterr().err
-    # saying what the value must be: "max_body_bytes=100" alone left the 1024 minimum a guess
+    assert "--max-batch-size 0: must be at least 1" in capsys.readouterr().err
+    # saying what the value must be: "max_body_bytes=100" alone left the 1024 minimum a guess;
+    # and naming the flags typed, not the settings' fields (request_timeout_s for --timeout)
     assert main(["serve", "--max-body-bytes", "100", "--timeout", "0"]) == 2
     assert capsys.readouterr().err == (
-        "decision serve: invalid service settings: request_timeout_s=0.0 (must be a number > 0), "
-        "max_body_bytes=100 (must be at least 1024)\n")
+        "decision serve: --timeout 0.0: must be a number > 0; "
+        "--max-body-bytes 100: must be at least 1024\n")
+    assert main(["serve", "--model", " "]) == 2
+    assert "--model ' ': must be a checkpoint directory" in capsys.readouterr().err
 
 
 def _refuse_to_load(monkeypatch: pytest.MonkeyPatch) -> None:

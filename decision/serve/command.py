@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from decision.errors import CheckpointError, DecisionError
-from decision.serve.settings import ServeSettings, check_bindable
+from decision.serve.settings import InvalidSettings, ServeSettings, check_bindable
 
 
 def register(subparsers: Any) -> None:
@@ -40,6 +40,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
+
+
+# the flag that sets each ServeSettings field, for errors in the user's words
+FLAGS = {"model_path": "--model", "device": "--device", "host": "--host", "port": "--port",
+         "max_batch_size": "--max-batch-size", "max_wait_ms": "--max-wait-ms",
+         "queue_size": "--queue-size", "request_timeout_s": "--timeout",
+         "max_body_bytes": "--max-body-bytes"}
+
+
+def settings_error(exc: InvalidSettings) -> str:
+    """``--timeout 0.0: must be a number > 0`` for each bad setting, as the user typed it."""
+    return "; ".join(f"{FLAGS.get(name, name)} {value!r}: must be {must}"
+                     for name, value, must in exc.problems)
 
 
 def settings_from_args(args: argparse.Namespace) -> ServeSettings:
@@ -87,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
             check_app_settings()
         # the address too, so a port in use is not found only after the model has loaded
         check_bindable(settings.host, settings.port)
+    except InvalidSettings as exc:
+        print(f"decision serve: {settings_error(exc)}", file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"decision serve: {exc}", file=sys.stderr)
         return 2

@@ -43,11 +43,19 @@ class ServeSettings:
             "max_body_bytes": (self.max_body_bytes >= 1024, "at least 1024"),
             "port": (0 <= self.port <= 65535, "0 to 65535"),
         }
-        bad = [name for name, (ok, _) in checks.items() if not ok]
+        bad = [(name, getattr(self, name), must) for name, (ok, must) in checks.items() if not ok]
         if bad:
-            values = ", ".join(
-                f"{name}={getattr(self, name)!r} (must be {checks[name][1]})" for name in bad)
-            raise ValueError(f"invalid service settings: {values}")
+            raise InvalidSettings(bad)
+
+
+class InvalidSettings(ValueError):
+    """Settings that cannot serve: ``problems`` holds (field, value, what it must be), so that
+    ``decision serve`` can name the flag typed rather than the field."""
+
+    def __init__(self, problems: list[tuple[str, object, str]]) -> None:
+        self.problems = problems
+        values = ", ".join(f"{name}={value!r} (must be {must})" for name, value, must in problems)
+        super().__init__(f"invalid service settings: {values}")
 
 
 def check_bindable(host: str, port: int) -> None:
