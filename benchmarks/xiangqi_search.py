@@ -39,9 +39,14 @@ from apps.xiangqi.training import board_at, load_games  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--positions", type=int, default=120)
-    parser.add_argument("--depths", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--depths", type=int, nargs="+", default=[1, 2, 3],
+                        help="search depths, each >= 1 (the depth-0 row is always printed)")
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
     args = parser.parse_args()
+    # before the games are read: SearchConfig refuses depth 0 with a traceback after that
+    if args.positions < 1 or min(args.depths) < 1:
+        parser.error("--positions and every --depths value must be >= 1 (the depth-0 row, the "
+                     "repetition rule alone, is always printed)")
     valid = data_dir(REPO_ROOT) / "xiangqi" / "valid-games.jsonl.gz"
     games = load_games(valid, limit=args.positions)
     boards = [board_at(g, p) for g in games for p in (10, 30, 60) if p < len(g.moves)]

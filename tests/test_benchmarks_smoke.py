@@ -168,6 +168,18 @@ def test_xiangqi_search() -> None:
     assert int(table[1][4]) >= 1  # search nodes
 
 
+def test_xiangqi_search_refuses_depth_0_before_reading_games() -> None:
+    """``--depths 0`` (the depth-0 row is printed anyway) ended in SearchConfig's traceback after
+    the games were read; now it is a usage error, exit status 2."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "xiangqi_search.py"), "--positions",
+                           "3", "--depths", "0", "1"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 2, proc.stderr
+    assert "--depths value must be >= 1" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
 @needs_games
 def test_xiangqi_decoding_variants(load_benchmark: Callable[[str], ModuleType],
                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
