@@ -51,6 +51,13 @@ def test_weighted_mean_extrapolates_away_from_the_second_checkpoint(tmp_path: Pa
     for name, tensor in ext.items():
         expected = 1.5 * states[0][name].float() - 0.5 * states[1][name].float()
         torch.testing.assert_close(tensor, expected.to(tensor.dtype))
+    # the other way round, a first weight below zero as typed (argparse took "-0.5,1.5" for an
+    # option: "expected one argument")
+    assert main([*map(str, paths), "--weights", "-0.5,1.5", "--out", str(tmp_path / "ext2")]) == 0
+    ext2 = load_model(tmp_path / "ext2", dtype=None).state_dict()
+    for name, tensor in ext2.items():
+        expected = -0.5 * states[0][name].float() + 1.5 * states[1][name].float()
+        torch.testing.assert_close(tensor, expected.to(tensor.dtype))
     first_only = average_models(paths, weights=[1.0, 0.0]).state_dict()
     for name, tensor in first_only.items():
         assert torch.equal(tensor, states[0][name])

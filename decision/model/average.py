@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -84,6 +85,18 @@ def _save_new(model: DecisionModel, out: Path) -> None:
         raise CheckpointError(f"cannot write the mean to {out}: {exc}") from None
 
 
+def _negative_first_weight_joined(argv: list[str]) -> list[str]:
+    """``--weights -0.5,1.5`` as ``--weights=-0.5,1.5``: argparse takes a value that starts with
+    a minus and is not one plain number for an option, and answered "expected one argument"."""
+    joined: list[str] = []
+    for i, arg in enumerate(argv):
+        if i and argv[i - 1] == "--weights" and re.match(r"-[\d.]", arg):
+            joined[-1] = f"--weights={arg}"
+        else:
+            joined.append(arg)
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m decision.model.average",
                                      description=__doc__.splitlines()[0])
@@ -91,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="directory for the mean (must not exist)")
     parser.add_argument("--weights", type=_weights, default=None,
                         help="comma-separated, one per checkpoint, summing to 1 (default: equal)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_negative_first_weight_joined(sys.argv[1:] if argv is None else argv))
     out = Path(args.out)
     try:
         if out.exists():
