@@ -654,3 +654,56 @@ def test_toy_model_leaves_the_callers_random_state() -> None:
     torch.manual_seed(123)
     toy_model(seed=5)
     assert torch.equal(torch.rand(3), expected)
+
+
+def _free_state(logits_rows: list[list[float]]) -> tuple[Any, torch.Tensor]:
+    """One row of four masked tokens in two slots of two over a 3-token vocabulary, each slot's
+    automaton accepting every sequence (so a token's confidence is its softmax probability)."""
+    from decision.joint.sampler import BlockState
+    from decision.schemas.compile import TokenAutomaton
+
+    free = TokenAutomaton(1, torch.zeros(3, dtype=torch.long), torch.arange(3),
+                          torch.zeros(3, dtype=torch.long), torch.tensor([True]), budget=2)
+    state = BlockState(
+        ids=torch.zeros(1, 4, dtype=torch.long), masked=torch.ones(1, 4, dtype=torch.bool),
+        confidence=torch.ones(1, 4), positions=torch.tensor([[0, 1], [2, 3]]),
+        slot_automata=[free, free], eos_id=2,
+    )
+    return state, torch.tensor([logits_rows])
+
+
+def test_a_row_with_a_token_above_the_threshold_gets_no_extra_answer() -> None:
+    """The minimum applies to a row that fixed fewer than ``min_tokens``: one token above the
+    threshold is enough, and its answer is not committed whole with it (``<=`` did)."""
+    from decision.joint.sampler import ConstrainedThresholdSampler, ThresholdSamplerConfig
+
+    state, logits = _free_state([[9.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.3, 0.0, 0.0],
+                                 [0.1, 0.0, 0.0]])
+    sampler = ConstrainedThresholdSampler(ThresholdSamplerConfig(threshold=0.9, commit="answer"))
+    report = sampler.step(state, logits)
+    assert report.fixed.tolist() == [1]
+    assert state.masked.tolist() == [[False, True, True, True]]
+    assert state.confidence[0, 0] > 0.9
+
+
+def test_the_minimum_takes_the_lowest_column_of_equally_confident_tokens() -> None:
+    from decision.joint.sampler import ConstrainedThresholdSampler, ThresholdSamplerConfig
+
+    # positions 1 and 2 are certain (confidence 1.0, not above threshold 1.0), 0 and 3 are not
+    state, logits = _free_state([[1.0, 0.0, 0.0], [200.0, 0.0, 0.0], [200.0, 0.0, 0.0],
+                                 [1.0, 0.0, 0.0]])
+    sampler = ConstrainedThresholdSampler(ThresholdSamplerConfig(threshold=1.0, commit="token"))
+    sampler.step(state, logits)
+    assert state.masked.tolist() == [[True, False, True, True]]
+
+
+def test_one_forward_for_every_token_reports_them_all_per_forward(model) -> None:
+    certain = [
+        {"id": "n", "text": "Fixed?", "answer": {"type": "integer", "minimum": 2026,
+                                                 "maximum": 2026}},
+        {"id": "c", "text": "Which clause?", "answer": {"type": "choice", "options": [
+            "the tenant shall give notice"]}},
+    ]
+    d = decide(model, DOC, certain, threshold=0.5)
+    assert d.steps == 1
+    assert d.tokens_per_forward == pytest.approx(_slot_tokens(model, certain))

@@ -333,3 +333,29 @@ def test_steps_count_every_forward_a_request_took_part_in(model, monkeypatch) ->
                     d = decide(model, DOC, questions, mode=mode, threshold=1.0, commit="token",
                                score_options=score, config=config)
                     assert d.steps == len(calls), (mode, questions, config, score)
+
+
+def test_a_round_fixes_each_rows_surest_first_of_equals_and_those_reaching_the_threshold() -> None:
+    from decision.joint.engine import _surest
+
+    options = ((1,), (2,))
+    slots = {k: SlotOptions(row, k, options) for k, row in enumerate([0, 0, 1, 1])}
+    probabilities = {
+        0: torch.tensor([0.625, 0.375]),  # row 0: two equally sure slots below its threshold
+        1: torch.tensor([0.375, 0.625]),
+        2: torch.tensor([0.875, 0.125]),  # row 1: the surest, and one exactly at the threshold
+        3: torch.tensor([0.25, 0.75]),
+    }
+    assert _surest(slots, probabilities, [0.875, 0.75]) == [0, 2, 3]
+
+
+def test_scored_answers_count_in_the_tokens_per_forward(model) -> None:
+    from decision.schemas.compile import compile_answer
+    from decision.schemas.models import Question
+
+    ctx = tokenizer_context(model.tokenizer)
+    questions = [CHOICE, BOOLEAN]
+    tokens = sum(compile_answer(Question.model_validate(q).answer, ctx).budget for q in questions)
+    d = decide(model, DOC, questions, score_options=True)
+    assert d.steps >= 1
+    assert d.tokens_per_forward == pytest.approx(tokens / d.steps)

@@ -90,6 +90,13 @@ def test_ragged_grouped_heads(l_: int, seed: int, poison: None) -> None:
     _compare(block_inputs(3, l_, 1, 2, 16, 16, seed=seed), torch.float32, FP32_TOL, seed)
 
 
+def test_several_key_heads_each_shared_by_a_group_of_value_heads(seed: int, poison: None) -> None:
+    """Hk = 2, Hv = 4: value heads 0, 1 read key head 0 and 2, 3 key head 1 (Qwen3.5's layout).
+    With one key head (every other test) any head mapping reads head 0, and a backward that
+    paired value head 1 with key head 1 went unnoticed."""
+    _compare(block_inputs(2, 9, 2, 4, 16, 16, seed=seed), torch.float32, FP32_TOL, seed)
+
+
 def test_long_block_no_mask_unaligned_dims(seed: int, poison: None) -> None:
     """L = 200 (4 tiles), no block_mask, Dk = 24 and Dv = 8 (masked columns), Hk = Hv = 2."""
     x = block_inputs(1, 200, 2, 2, 24, 8, seed=seed)

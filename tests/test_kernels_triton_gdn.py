@@ -117,6 +117,14 @@ def test_varlen_all_lengths_grouped_heads(seed: int, poison: None) -> None:
     _compare(_as64(x, torch.float32), torch.float32, FP32_TOL, cu, seed)
 
 
+def test_several_key_heads_each_shared_by_a_group_of_value_heads(seed: int, poison: None) -> None:
+    """Hk = 2, Hv = 4 (value heads 0, 1 on key head 0; 2, 3 on key head 1), two chunks: with one
+    key head (or Hk = Hv) any head mapping agrees, and the backward kernels' went unchecked."""
+    x = gdn_inputs(1, 20, 2, 4, 16, 16, n_states=1, seed=seed)
+    cu = torch.tensor([0, 20])
+    _compare(_as64(x, torch.float32), torch.float32, FP32_TOL, cu, seed)
+
+
 def test_batch_gates_near_zero_unaligned_head_dim(seed: int, poison: None) -> None:
     """B = 2, T = 100, gates ~0 (state forgotten each step), Dk = 24.
 

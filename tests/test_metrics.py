@@ -381,3 +381,16 @@ def test_paired_difference_flips_sign_when_joint_and_standalone_swap(
     assert ab.question_discordant == ba.question_discordant[::-1]
     assert ab.group_discordant == ba.group_discordant[::-1]
     assert (ab.question_method, ab.group_method) == (ba.question_method, ba.group_method)
+
+
+def test_per_question_effective_size_is_capped_at_the_question_count() -> None:
+    """Groups that each hold one right and one wrong answer vary less than independent answers
+    would: p(1-p)/se^2 comes out above N, and an interval on it would claim more precision than
+    N independent questions give. n_eff is capped at N (here 66 -> 24)."""
+    spec = {f"g{i}": [("a", True), ("a", False)] for i in range(10)}
+    spec |= {"right": [("a", True), ("a", True)], "wrong": [("a", False), ("a", False)]}
+    est = per_question_accuracy(_records(spec))
+    assert est.value == 0.5 and est.n == 24
+    assert 0.5 * 0.5 / est.se**2 > 60  # uncapped, it would be about 66
+    assert est.n_eff == 24
+    assert (est.low, est.high) == pytest.approx(wilson_interval(12, 24))

@@ -241,3 +241,25 @@ def test_padding_after_a_full_reset_gate_leaves_the_row_finite() -> None:
     assert bool(torch.isfinite(logits[1, :6]).all())
     torch.testing.assert_close(logits[1, :6], model.history_logits(ids[1:, :6])[0],
                                atol=ATOL, rtol=1e-4)
+
+
+@torch.inference_mode()
+def test_a_one_token_block_attends_as_the_next_history_token() -> None:
+    """Block queries sit at the positions after each row's history: a one-token block sees what
+    the next causal token would (every valid history key and itself), so the attention layer's
+    block output equals its history output for that token. Block positions counted from 0
+    instead of from the row's history length changed no other comparison here (prefill, commit
+    and denoise all agreed with each other), only the RoPE distances to the history."""
+    model = tiny_model(seed=0)
+    attn = next(layer.self_attn for layer in model.model.layers if not layer.is_linear)
+    gen = torch.Generator().manual_seed(7)
+    hidden = model.config.hidden_size
+    history = torch.randn(2, 6, hidden, generator=gen)
+    mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])  # rows of 6 and 3 tokens
+    empty = attn.empty_cache(2, torch.device("cpu"), torch.float32)
+    _, cache = attn.history(history, mask, torch.zeros(2, dtype=torch.long), empty)
+    lengths = mask.sum(-1)
+    x = torch.randn(2, 1, hidden, generator=gen)
+    one = torch.ones(2, 1, dtype=torch.bool)
+    causal, _ = attn.history(x, one, lengths, cache)
+    torch.testing.assert_close(attn.block(x, one, lengths, cache), causal, atol=1e-5, rtol=1e-5)

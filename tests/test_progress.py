@@ -80,3 +80,30 @@ def test_disabled_writes_nothing() -> None:
     bar.update(2)
     bar.close()
     assert stream.getvalue() == ""
+
+
+def test_a_resumed_run_rates_only_the_items_done_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """6 of 10 groups were done before the resume: one more in 2 s is 0.5 groups/s and 6 s
+    left, not 3.5 groups/s (counting the resumed ones as done in those 2 s) and 1 s left."""
+    import decision.progress as progress
+
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(Progress, "LOG_EVERY_S", 0.0)
+    stream = io.StringIO()
+    bar = Progress(10, done=6, stream=stream)
+    clock[0] += 2.0
+    bar.update()
+    last = stream.getvalue().splitlines()[-1]
+    assert "7/10 groups" in last and "0.50 groups/s" in last and last.endswith("eta 6s")
+
+
+def test_a_message_on_a_terminal_blanks_the_whole_bar_first() -> None:
+    stream = _Terminal()
+    bar = Progress(4, stream=stream)
+    bar.update()
+    before = stream.getvalue()
+    shown = before.split("\r")[-1]  # the bar as drawn, with its padding
+    bar.message("skipped: g1")
+    after = stream.getvalue()[len(before):]
+    assert after.startswith("\r" + " " * len(shown) + "\rskipped: g1\n")

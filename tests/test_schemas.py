@@ -74,6 +74,18 @@ def test_integer_automaton_is_exact(ctx) -> None:
     assert not _accepts(automaton, one + [eos] + two)
 
 
+def test_integer_budget_fits_the_longer_bound_on_either_side(ctx) -> None:
+    """The slot holds the widest number of the range: "-1000" is five characters where "5" is
+    one, so a budget read off the maximum alone could never spell the minimum."""
+    eos = ctx.special.eos
+    for lo, hi in ((-1000, 5), (0, 100000), (-7, -3)):
+        automaton = compile_answer(IntegerAnswer(minimum=lo, maximum=hi), ctx)
+        for x in (lo, hi):
+            ids = ctx.tokenizer.encode(str(x)).ids
+            assert len(ids) <= automaton.budget, (lo, hi, x)
+            assert _accepts(automaton, ids + [eos] * (automaton.budget - len(ids))), (lo, hi, x)
+
+
 def _same_language(a, b) -> bool:
     """Whether two token DFAs accept the same sequences (breadth-first over state pairs)."""
     def table(automaton):

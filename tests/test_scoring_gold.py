@@ -29,6 +29,8 @@ def _answer(schema: dict[str, Any]) -> Any:
     ("1", 1, False),
     ([1, 2], [2, 1], False),
     ({"a": 1}, {"a": 1, "b": 2}, False),
+    ([1, 2], [1], False),  # a list is not equal to its prefix
+    ([], [0], False),
 ])
 def test_same_value_is_json_equality_at_every_depth(a: Any, b: Any, same: bool) -> None:
     assert same_value(a, b) is same
@@ -38,6 +40,8 @@ def test_same_value_is_json_equality_at_every_depth(a: Any, b: Any, same: bool) 
 def test_is_correct_by_answer_type() -> None:
     number = _answer({"type": "number"})
     assert is_correct(number, 0.1 + 0.2, 0.3)
+    assert not is_correct(number, 100.01, 100)  # close in print is not the same number
+    assert not is_correct(number, 0.0, 1e-9)
     json_number = _answer({"type": "json", "schema": {"type": "number"}})
     assert is_correct(json_number, 1.0, 1)
     assert not is_correct(_answer({"type": "integer"}), True, 1)

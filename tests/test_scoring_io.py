@@ -211,6 +211,20 @@ def test_recover_stops_at_an_incomplete_group_even_if_later_ones_are_whole(
     assert out.read_bytes() == header_and_g1
 
 
+def test_recover_stops_at_a_group_written_a_second_time(tmp_path: Path) -> None:
+    """A group that comes back after it was complete (two runs appended into one file) ends
+    what is kept: reading on would keep its rows twice in the predictions."""
+    out = tmp_path / "out.csv"
+    with PredictionWriter(out, append=False) as writer:
+        writer.write_group([_row("g1", "a"), _row("g1", "b")])
+        writer.write_group([_row("g2", "a"), _row("g2", "b")])
+        first_two = out.read_bytes()
+        writer.write_group([_row("g1", "a"), _row("g1", "b")])
+        writer.write_group([_row("g3", "a"), _row("g3", "b")])
+    assert recover(out, {"g1": 2, "g2": 2, "g3": 2}) == {"g1", "g2"}
+    assert out.read_bytes() == first_two
+
+
 def test_recover_refuses_a_foreign_file(tmp_path: Path) -> None:
     out = tmp_path / "out.csv"
     out.write_text("name,value\nx,1\n")

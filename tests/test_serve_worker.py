@@ -359,3 +359,65 @@ def test_a_failed_batch_is_not_retried_for_requests_given_up_meanwhile() -> None
         with pytest.raises(RequestExpiredError):
             engine.left.future.result(5)
     assert engine.batches == [[100], [1, -1, 2], [-1], [2]]
+
+
+def test_a_deadline_that_passes_while_the_batch_collects_is_not_decided() -> None:
+    """The worker took the request in time, then waited ``max_wait_s`` for company: by the time
+    the batch starts its deadline has passed, and it is answered expired, never decided."""
+    engine = RecordingEngine()
+    worker = BatchWorker(engine, max_batch_size=8, max_wait_s=0.4, queue_size=8)
+    worker.start()
+    try:
+        late = worker.submit(5, timeout_s=0.1)
+        with pytest.raises(RequestExpiredError):
+            late.result(5)
+        assert worker.submit(6, timeout_s=10).result(5) == 12
+    finally:
+        worker.stop()
+    assert 5 not in [r for b in engine.batches for r in b]
+
+
+class _OneTooMany(RecordingEngine):
+    """Returns an extra result for a batch holding 3: a broken engine."""
+
+    def decide_many(self, requests: Sequence[int]) -> list[int]:
+        results = super().decide_many(requests)
+        return results + [0] if 3 in requests else results
+
+
+def test_an_engine_returning_too_many_results_fails_the_request_not_the_worker() -> None:
+    engine = _OneTooMany()
+    worker = BatchWorker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=8)
+    worker.start()
+    try:
+        with pytest.raises(RuntimeError, match="2 results for 1 requests"):
+            worker.submit(3, timeout_s=10).result(5)
+        assert worker.submit(4, timeout_s=10).result(5) == 8  # the worker thread lives on
+    finally:
+        worker.stop()
+
+
+def test_a_stop_that_arrives_while_a_batch_collects_still_decides_it() -> None:
+    engine = RecordingEngine()
+    worker = BatchWorker(engine, max_batch_size=8, max_wait_s=5.0, queue_size=8)
+    worker.start()
+    taken = worker.submit(1, timeout_s=30)
+    worker.stop(timeout=10)
+    assert taken.result(0) == 2  # decided before the stop returned, not left waiting
+
+
+def test_a_stop_that_times_out_still_ends_the_thread_after_its_batch() -> None:
+    """``stop`` gave up waiting on a long batch and failed the queued requests: the stop marker
+    must stay queued, or the thread, once its batch ends, waits for requests for ever."""
+    engine = RecordingEngine()
+    with _held_worker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=8) as (worker, held):
+        thread = worker._thread
+        assert thread is not None
+        waiting = worker.submit(1, timeout_s=10)
+        worker.stop(timeout=0.05)
+        with pytest.raises(WorkerStoppedError):
+            waiting.result(1)
+        engine.gate.set()
+        assert held.result(5) == 0
+        thread.join(5)
+        assert not thread.is_alive()

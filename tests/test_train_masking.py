@@ -98,3 +98,19 @@ def test_row_mean_weighting_averages_each_rows_masked_tokens_then_the_rows() -> 
     assert torch.isclose(diffusion_loss(logits, targets, mb), expected)  # the default
     with pytest.raises(ValueError, match="weighting"):
         diffusion_loss(logits, targets, mb, "sum")
+
+
+def test_the_forced_token_is_drawn_across_the_slot_not_always_its_first() -> None:
+    """A row's forced token is the eligible one with the smallest u / rate: with equal rates any
+    token of the slot, each about equally often. Always forcing the first eligible token kept
+    every-row-masked true while the model never trained on the others in sparse rows."""
+    g = torch.Generator().manual_seed(5)
+    n = 2000
+    targets = torch.randint(5, 50, (n, 4))
+    slot_of = torch.tensor([[-1, 0, 0, 0]]).repeat(n, 1)
+    rates = torch.tensor([[1e-4]]).repeat(n, 1)  # (almost) every row needs a forced token
+    mb = apply_mask(targets, slot_of, rates, MASK, g)
+    assert torch.equal(mb.masked.sum(dim=1), torch.ones(n, dtype=torch.long))
+    assert not mb.masked[:, 0].any()  # never the token outside every slot
+    share = mb.masked[:, 1:].float().mean(dim=0)
+    assert torch.all((share - 1 / 3).abs() < 0.05), share

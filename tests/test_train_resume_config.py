@@ -220,3 +220,17 @@ def test_resume_notes_report_the_task_sections(tmp_path: Path) -> None:
     path.write_text(json.dumps(cfg.to_dict()))  # saved before the section was kept
     (note,) = resume_notes(path, cfg, {"task": {"seed": 5}})
     assert "has no [task] section" in note
+
+
+def test_the_schedule_warms_up_linearly_then_decays_to_the_floor(tmp_path: Path) -> None:
+    """Linear warm-up whose first step already trains (lr/warm, not 0), then a cosine from the
+    full rate down to ``min_lr_ratio`` at ``max_steps``, held there beyond it."""
+    from decision.train.loop import lr_lambda
+
+    raw = tiny_raw(tmp_path, warmup_steps=4, min_lr_ratio=0.1)
+    raw["run"]["max_steps"] = 24
+    f = lr_lambda(config_from_dict(raw))
+    assert [f(s) for s in range(4)] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert f(4) == pytest.approx(1.0)  # the cosine starts at the full rate
+    assert f(14) == pytest.approx(0.1 + 0.9 * 0.5)  # half-way down
+    assert f(24) == pytest.approx(0.1) and f(100) == pytest.approx(0.1)
