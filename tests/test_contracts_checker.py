@@ -55,6 +55,66 @@ def test_checker_sees_a_changed_number() -> None:
     assert check(changed, q.text)[1] != q.gold
 
 
+
+# Generated events never cross a month's end (nda._event, periodic.sample keep them in one
+# month), so the checker's date arithmetic across months and years is pinned here by hand.
+LEASE_ACROSS_YEARS = """RESIDENTIAL LEASE AGREEMENT
+
+1. Fatima Silva, as Landlord, leases the premises at 58 Lake Drive to Sofia Farah, as Tenant.
+2. This Lease runs from January 16, 2024 to January 15, 2025.
+3. Rent: $1400 per month, payable on the 1st of each month.
+4. Automatic renewal: unless the Tenant gives notice of non-renewal at least 25 days before the \
+term ends, the Lease continues for a further year.
+
+Record of events:
+On December 20, 2024, the Tenant gave written notice of non-renewal.{stated}
+"""
+
+NDA_ACROSS_MONTHS = """Confidentiality Agreement
+
+1. Effective August 2, 2024, Orchard LLC (the "Disclosing Party") will share confidential \
+information with Summit LLC (the "Receiving Party").
+2. Return of materials: within 7 days from a written request.
+
+Facts:
+The Disclosing Party asked in writing for the materials back on February 27, 2024. They were \
+returned on March 5, 2024.{stated}
+"""
+
+
+def test_checker_counts_days_across_month_and_year_ends() -> None:
+    lease = LEASE_ACROSS_YEARS.format(stated="")
+    assert check(lease, "How many days before the end of the term did the Tenant give its "
+                        "notice?") == ("notice_given_days", 26)  # 11 in 2024, 15 in 2025
+    assert check(lease, "Was the Tenant's notice given on time under the renewal clause?") == (
+        "notice_timely", "yes")
+    assert check(lease, "Does the Lease renew for another term after the end date?") == (
+        "renews", "no")
+    nda = NDA_ACROSS_MONTHS.format(stated="")
+    # February 2024 has 29 days: the 27th to March 5th is 7 days, just within the deadline
+    assert check(nda, "How many days after the written request were the materials returned?") \
+        == ("return_days_taken", 7)
+    assert check(nda, "Were the materials returned within the deadline the Agreement sets?") \
+        == ("return_timely", "yes")
+
+
+def test_checker_refuses_a_document_whose_stated_count_contradicts_its_dates() -> None:
+    """A stated count ("That took 9 days.") must agree with the dates it sums up: a document
+    where it does not is ambiguous, and the checker says so rather than picking one."""
+    question = "How many days before the end of the term did the Tenant give its notice?"
+    agreeing = LEASE_ACROSS_YEARS.format(stated=" That was 26 days before the end of the term.")
+    assert check(agreeing, question)[1] == 26
+    with pytest.raises(CheckError, match="disagree"):
+        check(LEASE_ACROSS_YEARS.format(stated=" That was 20 days before the end of the term."),
+              question)
+    assert parse(NDA_ACROSS_MONTHS.format(stated=" That took 7 days.")).events == {"return": 7}
+    with pytest.raises(CheckError, match="disagree"):
+        parse(NDA_ACROSS_MONTHS.format(stated=" That took 6 days."))
+    late = LEASE_ACROSS_YEARS.format(stated="") + "Late payments ({n}): March and July.\n"
+    assert parse(late.format(n=2)).late_count == 2
+    with pytest.raises(CheckError, match="disagrees"):
+        parse(late.format(n=3))
+
 def test_checker_reports_what_it_cannot_read() -> None:
     group, q = _first("late_fee_amount")
     stripped = "\n".join(ln for ln in group.document.splitlines() if "late fee" not in ln)

@@ -187,6 +187,31 @@ def test_json_gold_round_trips_as_json(tmp_path: Path) -> None:
     assert read_groups(path) == [group]
 
 
+
+def test_cells_with_quotes_commas_and_line_ends_round_trip_exactly(tmp_path: Path) -> None:
+    """A document pasted from Windows keeps its CRLF line ends, a lone CR, commas and quotes:
+    the CSV is opened without newline translation, as the csv module requires."""
+    document = 'Line one,\r\nLine "two"\rthree\n\n"quoted", end\r\n'
+    group = CsvGroup("g,1", document, [
+        CsvQuestion("q1", 'Is "it", on\r\ntwo lines?', {"type": "boolean"}, False)])
+    path = tmp_path / "crlf.csv"
+    write_groups([group], path)
+    assert read_groups(path) == [group]
+
+
+@pytest.mark.parametrize(("text", "ok"), [("-1", False), ("0", True), ("10", True),
+                                          ("11", False)])
+def test_integer_gold_bounds_include_a_bound_of_zero(text: str, ok: bool) -> None:
+    """minimum 0 (most counts) is a bound like any other, not a missing one."""
+    answer = {"type": "integer", "minimum": 0, "maximum": 10}
+    if ok:
+        assert parse_gold(text, answer) == int(text)
+    else:
+        with pytest.raises(DecisionInputError, match="outside"):
+            parse_gold(text, answer)
+    with pytest.raises(DecisionInputError, match="outside"):
+        parse_gold("1", {"type": "integer", "minimum": -5, "maximum": 0})
+
 @pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-Infinity", "1e999"])
 def test_number_gold_must_be_finite(text: str) -> None:
     """nan never equals a prediction and 1e999 is infinity: such a gold is malformed."""

@@ -38,6 +38,10 @@ def test_chunks_are_balanced_and_bounded() -> None:
     assert [len(c) for c in _chunks(list(range(8)), 8)] == [8]
     assert _chunks([], 8) == []
     assert sum(_chunks(list(range(9)), 4), []) == list(range(9))
+    # the larger chunks come first and sizes differ by at most one
+    assert [len(c) for c in _chunks(list(range(9)), 4)] == [3, 3, 3]
+    assert [len(c) for c in _chunks(list(range(10)), 4)] == [4, 3, 3]
+    assert [len(c) for c in _chunks(list(range(23)), 8)] == [8, 8, 7]
 
 
 def test_groups_carry_labels_in_hypothesis_order(tmp_path: Path) -> None:

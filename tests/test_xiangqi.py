@@ -244,6 +244,32 @@ def test_perpetual_check_loses(fen: str, cycle: list[str], winner: bool) -> None
     assert board.result() == ("1-0" if winner == RED else "0-1")
 
 
+
+def test_a_quiet_first_move_of_the_cycle_is_no_perpetual_check() -> None:
+    # The window of a threefold repetition starts at the first occurrence: Red's first move in it
+    # (a8a7) gives no check, so Red did not check on every move and the repetition is a draw.
+    # Both cycles return to the start; only the first move differs from a perpetual check.
+    board = Board(PERPETUAL_RED[0])
+    moves = ["a8a7", "e9e8", "a7a8", "e8e9", "a8a9", "e9e8", "a9a8", "e8e9"]
+    for i, m in enumerate(moves):
+        assert board.outcome() is None, f"game ended early at ply {i}"
+        board.push_iccs(m)
+    assert board.repetition_count() == 3
+    assert board._gave_check == [False, False, True, False, True, False, True, False]
+    assert board.outcome() == Outcome(Termination.DRAW_REPETITION, None)
+
+
+def test_perpetual_check_on_the_120th_ply_still_loses() -> None:
+    # The third occurrence and the no-capture limit fall on the same ply: repetition is judged
+    # first (Board.outcome's order), so the perpetual checker loses rather than drawing.
+    fen, cycle, winner = PERPETUAL_RED
+    board = Board(fen.replace(" 0 1", " 112 1"))
+    for m in cycle * 2:
+        assert board.outcome() is None
+        board.push_iccs(m)
+    assert board.halfmove_clock == 120 and board.repetition_count() == 3
+    assert board.outcome() == Outcome(Termination.REPETITION, winner)
+
 def test_mutual_perpetual_check_is_a_draw() -> None:
     # Every move checks: each rook or cannon move discovers a check while parrying one.
     board = Board("5k3/4r4/9/9/4c4/4R4/9/R4C3/9/4K4 w - - 0 1")
@@ -313,6 +339,36 @@ def test_halfmove_clock_counts_from_the_last_capture() -> None:
     assert board.halfmove_clock == 1 and board.fullmove_number == 3
 
 
+
+def test_move_number_grows_after_blacks_move_only() -> None:
+    board = Board()
+    board.push_iccs("h2e2")
+    assert board.fullmove_number == 1 and board.fen().endswith(" b - - 1 1")
+    board.push_iccs("h9g7")
+    assert board.fullmove_number == 2 and board.fen().endswith(" w - - 2 2")
+    board.push_iccs("h0g2")
+    assert board.fullmove_number == 2 and board.fen().endswith(" b - - 3 2")
+    board.pop()
+    board.pop()
+    assert board.fen().endswith(" b - - 1 1")
+
+
+@pytest.mark.parametrize(
+    ("pieces", "check"),
+    [
+        ({"e0": "K", "d9": "k", "e1": "p"}, True),  # a Black soldier in front of the general
+        ({"e0": "K", "d9": "k", "d0": "p"}, True),  # beside it (Black's soldier crossed)
+        ({"e1": "K", "d9": "k", "f1": "p"}, True),
+        ({"e1": "K", "d9": "k", "e0": "p"}, False),  # soldiers never attack backward
+        ({"e1": "K", "d9": "k", "f2": "p"}, False),  # nor diagonally
+    ],
+)
+def test_black_soldiers_check_the_red_general(pieces: dict[str, str], check: bool) -> None:
+    board = Board(fen_of(pieces))
+    assert board.is_check() == check
+    if check:  # the general must answer it: capture the soldier or step away
+        assert all(m.from_square == board.king(RED) for m in board.legal_moves)
+
 # --------------------------------------------------------------------------- FEN
 
 
@@ -362,6 +418,10 @@ def test_fen_reads_aliases_and_short_forms() -> None:
     alias = "rheakaehr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RHEAKAEHR w - - 0 1"
     assert Board(alias).fen() == STARTING_FEN
     assert Board(STARTING_FEN.split()[0] + " b").turn == BLACK
+    # five fields: the halfmove clock is read, the move number defaults to 1
+    five = Board(STARTING_FEN.split()[0] + " b - - 17")
+    assert (five.halfmove_clock, five.fullmove_number) == (17, 1)
+    assert five.fen() == STARTING_FEN.split()[0] + " b - - 17 1"
 
 
 @pytest.mark.parametrize(
@@ -375,6 +435,7 @@ def test_fen_reads_aliases_and_short_forms() -> None:
         ("rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/9/RNBA1ABNR w - - 0 1", "general"),
         ("rnbakabnr/9/1c5c1/p1p1p1p1p/9/9/P1P1P1P1P/1C5C1/4K4/RNBAKABNR w - - 0 1", "general"),
         ("4k4/9/9/9/9/9/9/9/9/4K4 w - - 0 1", "face each other"),
+        ("9/4k4/9/9/9/9/9/9/9/4K4 b - - 0 1", "face each other"),  # Black's off its back rank
         ("3k5/9/9/9/9/9/9/9/9/K8 w - - 0 1", "never reach"),
         ("3k5/9/9/9/9/9/9/9/9/3KR4 w - - 0 1", "face each other"),
         ("3k5/9/9/9/9/3R5/9/9/9/4K4 w - - 0 1", "black is in check but it is red's turn"),

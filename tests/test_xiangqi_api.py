@@ -422,6 +422,42 @@ def test_stale_version_is_refused(client: TestClient) -> None:
     assert r.status_code == 200 and r.json()["version"] == g["version"] + 2
 
 
+
+def test_version_zero_is_a_version_not_a_missing_one(client: TestClient) -> None:
+    # versions start at 1: a client sending 0 holds no version the game ever had
+    g = new_game(client, model_side="none")
+    assert g["version"] >= 1
+    r = move(client, g["id"], "h2e2", version=0)
+    assert r.status_code == 409 and r.json()["error"]["type"] == "conflict"
+    for action in ("model-move", "undo"):
+        r = client.post(f"{GAMES}/{g['id']}/{action}", json={"version": 0})
+        assert r.status_code == 409 and r.json()["error"]["type"] == "conflict", action
+    assert client.get(f"{GAMES}/{g['id']}").json()["version"] == g["version"]
+
+
+def test_undo_between_two_humans_takes_back_one_model_move(client: TestClient) -> None:
+    # with model_side "none" the model may play either side on request; its moves are still
+    # taken back one at a time (no human move goes with them)
+    g = new_game(client, model_side="none")
+    for _ in range(2):
+        assert client.post(f"{GAMES}/{g['id']}/model-move").status_code == 200
+    r = client.post(f"{GAMES}/{g['id']}/undo")
+    assert r.status_code == 200
+    assert [m["by"] for m in r.json()["moves"]] == ["model"] and r.json()["turn"] == "black"
+
+
+def test_a_game_drawn_by_the_no_capture_rule_offers_no_move(client: TestClient) -> None:
+    # over with legal moves still on the board: neither the state nor the legal-moves route may
+    # offer them, and the model (playing the side to move) is not to move
+    g = new_game(client, fen=MATE_IN_TWO.replace(" 0 1", " 119 60"), model_side="black")
+    end = move(client, g["id"], "a1a2").json()
+    assert end["over"] and end["reason"] == "no_capture_120" and end["turn"] == "black"
+    assert end["legal_moves"] == [] and not end["model_to_move"]
+    legal = client.get(f"{GAMES}/{g['id']}/legal-moves").json()
+    assert legal["legal_moves"] == [] and legal["turn"] == "black"
+    r = client.post(f"{GAMES}/{g['id']}/model-move")
+    assert r.status_code == 409 and r.json()["error"]["type"] == "game_over"
+
 def test_restart_mid_game_loses_nothing(db: Path) -> None:
     first = TestClient(create_app(db, FirstMovePlayer()))
     g = new_game(first, model_side="black")

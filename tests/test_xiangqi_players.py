@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from apps.xiangqi import BLACK, RED, Board, Move, XiangqiError
 from apps.xiangqi.core import square_name
 from apps.xiangqi.players import (
+    WIN_SCORE,
     GreedyPlayer,
     RandomPlayer,
     material,
@@ -154,6 +155,17 @@ def test_greedy_player_prefers_mate_to_material() -> None:
     assert board.is_checkmate()
 
 
+
+def test_greedy_player_scores_a_stalemate_as_a_win() -> None:
+    # a7a8 and f0f8 leave Black's general without a move but not in check (a loss in Xiangqi),
+    # a7e7 mates; every other move only keeps the material
+    board = Board("4k4/9/R8/9/9/9/9/9/9/3K1R3 w - - 0 1")
+    greedy = GreedyPlayer()
+    wins = {m.iccs() for m in board.legal_moves if greedy.score(board, m) == WIN_SCORE}
+    assert wins == {"a7a8", "f0f8", "a7e7"}
+    board.push_iccs("a7a8")
+    assert board.is_stalemate()
+
 def test_play_game_returns_a_replayable_game() -> None:
     result, moves = play_game(RandomPlayer(1), RandomPlayer(2), max_plies=60)
     board = Board()
@@ -177,6 +189,27 @@ def test_play_game_from_a_board_returns_only_the_moves_it_played() -> None:
         replay.push_iccs(m)
     assert replay.result() == result
 
+
+
+class _Scripted:
+    """Plays the given ICCS moves in order."""
+
+    def __init__(self, moves: list[str]) -> None:
+        self.moves = list(moves)
+
+    def choose(self, board: Board) -> Move:
+        return board.parse_iccs(self.moves.pop(0))
+
+
+def test_play_game_from_a_board_counts_its_history_for_repetition() -> None:
+    # The start position occurred twice in the board's history; the move played here makes it
+    # a third time, so the game ends drawn at once instead of playing on.
+    start = Board("5k2r/9/9/9/9/9/9/9/9/R2K5 w - - 0 1")
+    for m in ("a0a1", "i9i8", "a1a0", "i8i9", "a0a1", "i9i8", "a1a0"):
+        start.push_iccs(m)
+    result, moves = play_game(_Scripted([]), _Scripted(["i8i9", "i9i8"]), max_plies=2,
+                              board=start)
+    assert (result, moves) == ("1/2-1/2", ["i8i9"])
 
 def test_greedy_beats_random() -> None:
     score = 0.0

@@ -123,5 +123,11 @@ def test_a_mate_is_not_outscored_by_a_slower_mate_that_wins_material() -> None:
     assert scores[mate] == pytest.approx(MATE - 1)
     assert scores[slower] == pytest.approx(MATE - 3)
     assert best_score(board, config) == pytest.approx(MATE - 1)
+    # one ply deeper the slower mate is found by the full-width search (no legal reply left
+    # with plies to go), not on its last ply: the material won on the way is not added there
+    # either
+    deeper = move_scores(board, config=SearchConfig(depth=4))
+    assert deeper[mate] == pytest.approx(MATE - 1)
+    assert deeper[slower] == pytest.approx(MATE - 3)
     board.push(mate)
     assert board.is_checkmate()

@@ -50,6 +50,18 @@ def test_start_position_is_its_own_mirror_and_swaps_to_black_to_move() -> None:
     assert Symmetry(swap=True).board(start).fen() == STARTING_FEN.replace(" w ", " b ")
 
 
+
+def test_images_keep_the_counters_of_the_fen() -> None:
+    # a position read from a FEN deep into a game: its no-capture clock decides the 120-ply draw
+    root = Board("5k3/9/9/9/9/9/9/9/9/R2K5 w - - 117 64")
+    board = root.copy()
+    board.push_iccs("a0a1")
+    for symmetry in SYMMETRIES:
+        image = symmetry.board(root)
+        assert (image.halfmove_clock, image.fullmove_number) == (117, 64), symmetry.name
+        assert symmetry.board(board).halfmove_clock == 118, symmetry.name
+        assert symmetry.board(symmetry.board(board)).fen() == board.fen()
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10**6), plies=st.integers(0, 60))
 def test_images_keep_the_rules(seed: int, plies: int) -> None:
