@@ -12,7 +12,7 @@ import pytest
 
 from apps.xiangqi import Board
 from apps.xiangqi.train_player import load_player_config, master_refs
-from apps.xiangqi.training import load_games
+from apps.xiangqi.training import board_at, load_games
 
 # three games from the start: h2e2 twice, b2e2 once; after h2e2 the replies differ
 GAMES = [["h2e2", "h9g7", "h0g2"], ["h2e2", "b9c7", "b0c2"], ["b2e2", "h9g7", "h0g2"]]
@@ -46,3 +46,34 @@ def test_counts_recurring_and_relabelled_rows(
     assert 0 < relabelled < recurring < 60
     assert (rows["recurring"], rows["relabelled"]) == (round(recurring / 60, 4),
                                                        round(relabelled / 60, 4))
+
+
+def test_rows_are_split_by_ply_at_the_bucket_edges(
+        load_benchmark: Callable[[str], ModuleType], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A 24-ply game: every row lands in the bucket of its ply (ply 9 in "ply 0-9", 10 in
+    "ply 10-19", 20 in "ply 20-29"), and the buckets add up to "all"."""
+    mod = load_benchmark("xiangqi_book_targets")
+    board, moves = Board(), []
+    for _ in range(24):  # always the first legal move in ICCS order: a fixed, legal game
+        move = min(m.iccs() for m in board.legal_moves)
+        moves.append(move)
+        board.push_iccs(move)
+    games = tmp_path / "train.jsonl.gz"
+    with gzip.open(games, "wt", encoding="utf-8") as f:
+        f.write(json.dumps({"start_fen": Board().fen(), "moves": moves, "category": "full"})
+                + "\n")
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"xiangqi": {
+        "train_games": str(games), "valid_games": str(games), "train_positions": 200,
+        "seed": 3, "book_min_count": 2}}))
+    assert mod.main(["--config", str(config), "--rows", "200"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    _, xq = load_player_config(config)
+    loaded = load_games(games)
+    plies = [r.ply for r in master_refs(loaded, xq)
+             if len(board_at(loaded[r.game], r.ply).legal_moves) > 1][:200]
+    expected = {f"ply {lo}-{lo + 9}": sum(lo <= p <= lo + 9 for p in plies) for lo in (0, 10, 20)}
+    assert {9, 10, 19, 20} <= set(plies)
+    assert {name: rows[name]["rows"] for name in expected} == expected
+    assert rows["all"]["rows"] == len(plies) == sum(expected.values())

@@ -62,3 +62,31 @@ def test_variants_and_report_compare_with_the_shipped_pair(mixtures: ModuleType)
     assert by_name["mean of 2 models"]["top1"] == 0.5  # ties go to the first option listed
     assert by_name[list(named)[0]]["unseen_top1"] == 0.0  # position 2 unseen, missed
     assert lines[0] == "2 positions (1 unseen in training)"
+
+
+def test_all_orders_and_model_means_average_every_part(mixtures: ModuleType) -> None:
+    """"all N orders" is the mean over every order scored, the default pair included; "mean of
+    N models" over every model's pair, the first included: leaving either out flips the move."""
+    right, wrong = {"a0a1": 0.9, "b0c2": 0.1}, {"a0a1": 0.0, "b0c2": 1.0}
+    slightly_wrong = {"a0a1": 0.4, "b0c2": 0.6}
+    third = "positions:2,3,0,1"
+    scores = {
+        "m1": {"left_to_right": [right], "right_to_left": [right], third: [wrong]},
+        "m2": {"left_to_right": [slightly_wrong], "right_to_left": [slightly_wrong]},
+    }
+    named = mixtures.variants(scores, [*ORDERS, third])
+    assert mixtures.top_moves(named["all 3 orders"]) == ["a0a1"]  # (0.9 + 0.9 + 0) / 3 = 0.6
+    assert named["all 3 orders"][0] == pytest.approx({"a0a1": 0.6, "b0c2": 0.4})
+    assert mixtures.top_moves(named["mean of 2 models"]) == ["a0a1"]  # (0.9 + 0.4) / 2
+    assert named["mean of 2 models"][0] == pytest.approx({"a0a1": 0.65, "b0c2": 0.35})
+    _, rows = mixtures.report([_Position(_Example("a0a1"), 1)], set(), named)
+    by_name = {row["variant"]: row for row in rows}
+    assert by_name["all 3 orders"]["top1"] == by_name["mean of 2 models"]["top1"] == 1.0
+    assert by_name[f"order {third}"]["lost"] == 1 and by_name["model m2"]["lost"] == 1
+
+
+def test_top_moves_break_ties_by_the_first_option_listed(mixtures: ModuleType) -> None:
+    """As the engine: of options of equal probability, the first in the map's order."""
+    tied = [{"h2e2": 0.25, "b2e2": 0.25, "a0a1": 0.5}, {"b2e2": 0.5, "h2e2": 0.5},
+            {"h2e2": 0.5, "b2e2": 0.5}]
+    assert mixtures.top_moves(tied) == ["a0a1", "b2e2", "h2e2"]
