@@ -82,9 +82,10 @@ def test_serve_refuses_a_port_in_use_before_it_loads_the_model(
 
 
 @pytest.mark.parametrize(("option", "value", "says"), [
-    ("--host", "", "host=''"),  # bound every interface (0.0.0.0 and ::), silently
-    ("--host", "  ", "host='  '"),
-    ("--model", "", "model_path=''"),  # read as the working directory: "missing config.json"
+    ("--host", "", "--host '': must be an address"),  # bound every interface, silently
+    ("--host", "  ", "--host '  ': must be an address"),
+    # read as the working directory: "missing config.json"
+    ("--model", "", "--model '': must be a checkpoint directory"),
     ("--host", "192.0.2.1", "cannot listen on 192.0.2.1:0: cannot assign requested address"),
 ])
 def test_serve_refuses_an_empty_or_foreign_address_and_an_empty_model_before_loading(
