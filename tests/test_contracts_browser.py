@@ -68,6 +68,7 @@ def test_a_preset_runs_in_both_modes_and_errors_show_at_their_field(server: str,
     assert page.locator("#example option").count() == 1 + 9  # "your own" and 9 examples
     assert "RESIDENTIAL LEASE" in page.input_value("#document")
     assert page.locator(".question").count() == 8 and page.input_value("#preset") == "lease"
+    assert page.inner_text("#preset-note").startswith("7 rules between these questions")
     # Few steps keep the tiny model fast; the page sends the option through to /decide.
     page.click("details.options summary")
     page.fill("#max-steps", "2")
@@ -95,13 +96,15 @@ def test_a_preset_runs_in_both_modes_and_errors_show_at_their_field(server: str,
     page.locator(".question").nth(2).locator(".q-summary").click()
     options = page.locator('[data-field="questions.2.answer.options"]')
     options.locator("input").fill("yes, yes")
+    page.locator(".question").nth(2).locator(".q-summary").click()  # folded: the error opens it
+    assert not options.is_visible()
     _run_and_wait(page)
     error = page.evaluate("window.demo.error")
     assert error["field"] == "questions.2.answer.choice.options"
     note = options.locator(".field-error")
     assert note.is_visible() and "distinct" in note.inner_text()
     assert page.locator(".field-error").count() == 1
-    assert "marked field" in page.inner_text("#status")
+    assert page.inner_text("#status") == "The service refused the request: see the marked field."
     page.screenshot(path=str(OUT / "contracts-error.png"))
 
     # A document too long for the model: the message sits under the document.
@@ -360,6 +363,8 @@ def test_a_number_box_the_browser_cannot_read_is_marked_not_dropped(server: str,
     page.click("details.options summary")
     page.fill("#threshold", "")
     page.locator("#threshold").press_sequentially("0.5e")
+    page.click("details.options summary")  # folded away: the error opens it again
+    assert not page.is_visible("#threshold")
     _run_and_wait(page)
     assert page.evaluate("window.demo.error.field") == "options.threshold"
     note = page.locator('[data-field="options.threshold"] .field-error')

@@ -135,6 +135,9 @@ def test_play_by_clicking_against_the_model(server, browser) -> None:  # type: i
     general_y = page.locator('.piece[data-piece="K"]').bounding_box()["y"]
     page.click("#flip")
     assert page.locator('.piece[data-piece="K"]').bounding_box()["y"] < general_y
+    click_square(page, "b2")  # a click on the flipped board finds the square drawn there
+    assert page.evaluate("selected") == "b2"
+    assert page.locator(".piece.selected").get_attribute("data-square") == "b2"
     assert not errors, errors
 
     # The game survives a reload of the page (it is in the URL and in SQLite).
@@ -342,9 +345,13 @@ def test_another_game_opened_or_linked_keeps_no_stale_state(server, browser) -> 
     page.wait_for_function("(id) => state && state.id === id && !busy", arg=first,
                            timeout=15_000)
     assert page.evaluate("selected") is None
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if r.url.endswith("/moves") else None)
     click_square(page, "e2")  # no longer a move: nothing is selected
-    page.wait_for_timeout(300)
-    assert page.evaluate("state.moves.length") == 0
+    # a move would be drawn only after its request and animation, long after a fixed wait; a
+    # click that plays one makes the page busy at once, so wait for that to end and look
+    page.wait_for_function("!busy")
+    assert page.evaluate("state.moves.length") == 0 and sent == []
 
     page.goto("about:blank")  # a fresh load in the same context, which remembers the first game
     page.goto(f"{server}/xiangqi/#no-such-game")
