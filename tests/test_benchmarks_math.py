@@ -14,17 +14,9 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+from test_benchmarks_smoke import rows
 
 BENCHMARKS = str(Path(__file__).resolve().parents[1] / "benchmarks")
-
-
-def _rows(out: str) -> list[list[str]]:
-    """The cells of every Markdown table row printed, the header and the rule left out."""
-    lines = [line for line in out.splitlines() if line.startswith("|")]
-    body = [line for i, line in enumerate(lines)
-            if not line.startswith("|---") and not (i + 1 < len(lines)
-                                                    and lines[i + 1].startswith("|---"))]
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in body]
 
 
 class _Clock:
@@ -123,7 +115,7 @@ def test_joint_vs_standalone_table_ratios_rows_and_scores(
     monkeypatch.setattr(sys, "argv", ["joint_vs_standalone.py", "--contracts-seed", "1",
                                       "--repeats", "1"])
     mod.main()
-    table = _rows(capsys.readouterr().out)
+    table = rows(capsys.readouterr().out)
     decodings, thresholds = table[:6], table[6:]
     by_case = {r[0].split(" (")[0].split(",")[0]: r for r in decodings}
     alone = next(r for r in decodings if r[0].startswith("8 standalone calls"))
@@ -166,14 +158,14 @@ def test_compare_evals_b_minus_a_has_the_sign_and_discordant_order_of_b_over_a(
 
     a, b = write("a", 0), write("b", None)  # A misses q0 of every group, B misses nothing
     assert mod.main([a, b]) == 0
-    table = _rows(capsys.readouterr().out)
+    table = rows(capsys.readouterr().out)
     joint = next(r for r in table if r[0] == "joint")
     assert joint[1].startswith("+20.0 [") and joint[1].endswith("(40 / 0)")
     assert joint[2].startswith("+100.0 [") and joint[2].endswith("(40 / 0)")
     t0 = next(r for r in table if r[0] == "t0")  # q0, q2, q4: A 2/3, B 3/3
     assert t0 == ["t0", "66.7%", "100.0%", "66.7%", "100.0%", "120"]
     assert mod.main([b, a]) == 0
-    joint = next(r for r in _rows(capsys.readouterr().out) if r[0] == "joint")
+    joint = next(r for r in rows(capsys.readouterr().out) if r[0] == "joint")
     assert joint[1].startswith("-20.0 [") and joint[1].endswith("(0 / 40)")
 
 
@@ -208,7 +200,7 @@ def test_xiangqi_search_prints_the_median_of_the_nodes(
     monkeypatch.setattr(mod, "_Search", Search)
     monkeypatch.setattr(sys, "argv", ["xiangqi_search.py", "--positions", "3", "--depths", "1"])
     assert mod.main() == 0
-    table = _rows(capsys.readouterr().out)
+    table = rows(capsys.readouterr().out)
     assert table[1][0] == "1" and table[1][4] == "2"  # the median of 1, 2, 100
 
 
@@ -351,7 +343,7 @@ def test_rule_confusion_cells_are_gold_then_answer(
     monkeypatch.setattr(mod, "model_and_groups", lambda args: (model, groups))
     monkeypatch.setattr(sys, "argv", ["rule_confusion.py", "--groups", "3"])
     assert mod.main() == 0
-    (row,) = _rows(capsys.readouterr().out)
+    (row,) = rows(capsys.readouterr().out)
     heads = [f"{g} -> {a}" for g in mod.OUTCOMES for a in mod.OUTCOMES]
     assert dict(zip(heads, row[1:], strict=True))["yes -> no"] == "3"
     assert sum(int(c) for c in row[1:]) == 3
