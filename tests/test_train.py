@@ -938,3 +938,19 @@ def test_ctrl_c_checkpoints_skips_the_export_and_exits_130(
     assert not (out / "export").exists()
     # the handler the run found is back (SIG_IGN where the tests run as a background job)
     assert signal.getsignal(signal.SIGINT) == before
+
+
+def test_rows_longer_than_the_model_serves_are_warned_of_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``model.max_position_embeddings`` bounds the requests the service takes, not training: a
+    model trained on rows longer than it would then refuse every request like them, unsaid."""
+    raw = json.loads(TINY.read_text())
+    raw["run"].update(out_dir=str(tmp_path / "short"), eval_every=10_000, max_steps=3)
+    raw["model"]["max_position_embeddings"] = 64
+    train(config_from_dict(raw))
+    err = capsys.readouterr().err
+    assert err.count("warning: a row of step 1 needs") == 1, err
+    assert "but the model serves at most 64 (model.max_position_embeddings)" in err
+    train(tiny_config(tmp_path / "long", max_steps=3))  # tiny.json's own 32768: no warning
+    assert "warning" not in capsys.readouterr().err

@@ -577,6 +577,23 @@ def _install_stop_handlers(flag: list[int]) -> dict[int, Any]:
     return previous
 
 
+def _warn_if_longer_than_served(rows: Sequence[Row], model: TrainableModel, step: int,
+                                log: Callable[[str], None]) -> bool:
+    """Say once when a row needs more positions than the trained model will serve
+    (``model.max_position_embeddings``, the engine's limit on a request's layout): it trains,
+    but the service refuses every request that long. True once said."""
+    served = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if served is None:  # a stand-in model without a config: nothing to compare
+        return True
+    longest = max(len(r.history_ids) + len(r.block_ids) for r in rows)
+    if longest <= served:
+        return False
+    log(f"warning: a row of step {step + 1} needs {longest} positions, but the model serves at "
+        f"most {served} (model.max_position_embeddings): the service will refuse requests that "
+        "long; raise it in the config's [model] section to serve them")
+    return True
+
+
 def train_loop(
     model: TrainableModel,
     cfg: TrainConfig,
@@ -630,6 +647,7 @@ def train_loop(
             hooks.sections,
         )
 
+    warned_long = False
     stop_signal: list[int] = []
     previous = _install_stop_handlers(stop_signal)
     try:
@@ -642,7 +660,10 @@ def train_loop(
             if minutes > 0 and time.monotonic() - t0 >= minutes * 60:
                 reason = "time budget"
                 break
-            batch = collate(batches.rows_for(step), hooks.pad_token_id)
+            rows = batches.rows_for(step)
+            if not warned_long:
+                warned_long = _warn_if_longer_than_served(rows, model, step, hooks.log)
+            batch = collate(rows, hooks.pad_token_id)
             loss = batch_loss(model, batch, cfg, hooks.mask_token_id, gen, device)
             if not torch.isfinite(loss):  # no update, no checkpoint: the last one stays
                 raise TrainingError(
