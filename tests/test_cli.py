@@ -418,3 +418,125 @@ def test_the_parser_loads_neither_torch_nor_fastapi() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_every_serve_flag_sets_its_own_setting() -> None:
+    """Each flag reaches the setting it names (a flag read into the wrong field, or dropped for
+    the default, still parsed and started a server)."""
+    from decision.serve.command import settings_from_args
+
+    args = build_parser().parse_args([
+        "serve", "--model", "m", "--device", "cuda:1", "--host", "::1", "--port", "8123",
+        "--max-batch-size", "7", "--max-wait-ms", "2.5", "--queue-size", "33", "--timeout", "9.5",
+        "--max-body-bytes", "4096", "--no-apps"])
+    settings = settings_from_args(args)
+    assert (settings.model_path, settings.device, settings.host, settings.port) == (
+        "m", "cuda:1", "::1", 8123)
+    assert (settings.max_batch_size, settings.max_wait_ms, settings.queue_size) == (7, 2.5, 33)
+    assert (settings.request_timeout_s, settings.max_body_bytes) == (9.5, 4096)
+    assert settings.include_apps is False
+    # --no-batching wins over --max-batch-size: one request a batch
+    args = build_parser().parse_args(["serve", "--max-batch-size", "7", "--no-batching"])
+    assert settings_from_args(args).max_batch_size == 1
+    assert settings_from_args(build_parser().parse_args(["serve"])).include_apps is True
+
+
+@pytest.mark.parametrize("level", ["error", "debug"])
+def test_serve_log_level_applies_to_the_service_loggers(level: str) -> None:
+    from decision.serve.command import log_config
+
+    logger = log_config(level)["loggers"]["decision"]
+    assert logger == {"handlers": ["default"], "level": level.upper(), "propagate": False}
+
+
+def test_decide_flags_override_the_options_of_the_questions_file(tmp_path: Path) -> None:
+    """``--threshold`` (and the other option flags) win over FILE.json's ``options``."""
+    from decision.serve.decide_command import read_body
+
+    document, _ = _one_question_files(tmp_path)
+    questions = tmp_path / "spec.json"
+    questions.write_text(json.dumps({
+        "questions": [{"id": "q", "text": "Late?", "answer": {"type": "boolean"}}],
+        "options": {"threshold": 0.5, "max_steps": 3, "commit": "token"}}))
+    base = ["decide", "--document", str(document), "--questions", str(questions)]
+    body = read_body(build_parser().parse_args(base))
+    assert (body.options.threshold, body.options.max_steps, body.options.commit) == (
+        0.5, 3, "token")
+    assert not body.options.return_probabilities and not body.options.score_options
+    body = read_body(build_parser().parse_args([
+        *base, "--threshold", "0.75", "--max-steps", "5", "--commit", "answer",
+        "--probabilities", "--score-options"]))
+    assert (body.options.threshold, body.options.max_steps, body.options.commit) == (
+        0.75, 5, "answer")
+    assert body.options.return_probabilities and body.options.score_options
+
+
+def test_decide_refuses_duplicate_ids_before_it_loads_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _refuse_to_load(monkeypatch)
+    document, questions = _one_question_files(tmp_path)
+    questions.write_text(json.dumps([
+        {"id": "a", "text": "Q?", "answer": {"type": "boolean"}},
+        {"id": "a", "text": "R?", "answer": {"type": "boolean"}}]))
+    assert main(["decide", "--document", str(document), "--questions", str(questions)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("decision decide: error") and "duplicate question id" in err
+    assert err.count("\n") == 1
+
+
+def test_train_stopped_by_sigterm_exits_143_and_says_so(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """128 + the signal that stopped the run, as a shell reports it: 143 for SIGTERM, not the
+    130 of Ctrl-C; and the export skipped is said only when one was asked for."""
+    import signal
+    from types import SimpleNamespace
+
+    from decision.train.cli import interrupted
+
+    result: Any = SimpleNamespace(loop=SimpleNamespace(signal=signal.SIGTERM, step=4),
+                                  checkpoint=Path("run/checkpoint"))
+    assert interrupted(result, None) == 143
+    assert capsys.readouterr().err == (
+        f"interrupted by SIGTERM at step 4: checkpoint saved in {Path('run/checkpoint')}; "
+        "continue with --resume\n")
+    assert interrupted(result, "out") == 143
+    assert "; not exported; continue with --resume" in capsys.readouterr().err
+    result.loop.signal = None
+    assert interrupted(result, "out") is None
+    assert capsys.readouterr().err == ""
+
+
+def test_train_flags_override_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--out-dir and --device win over the config's run section, and the session flags reach
+    the recipe (train itself replaced: this checks the command, not the training)."""
+    from types import SimpleNamespace
+
+    import decision.train.recipe as recipe
+
+    seen: dict[str, Any] = {}
+
+    def train(cfg: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs, out_dir=cfg.run.out_dir, device=cfg.run.device)
+        return SimpleNamespace(loop=SimpleNamespace(signal=None), checkpoint=None)
+
+    monkeypatch.setattr(recipe, "train", train)
+    config = Path(__file__).resolve().parents[1] / "configs" / "tiny.json"
+    out = str(tmp_path / "run")
+    assert main(["train", "--config", str(config), "--out-dir", out, "--device", "cpu",
+                 "--max-steps", "3", "--max-minutes", "0.5", "--resume"]) == 0
+    assert seen == {"out_dir": out, "device": "cpu", "resume": True, "max_minutes": 0.5,
+                    "max_steps": 3, "init_from": None}
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_train_refuses_a_blank_out_dir_before_reading_the_config(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out-dir "$OUT"`` with OUT unset, or blank, trained into the config's directory."""
+    assert main(["train", "--config", str(tmp_path / "absent.json"), "--out-dir", value]) == 2
+    assert capsys.readouterr().err == ("decision train: error (out-dir): --out-dir is empty: "
+                                       "give a run directory, or leave the flag out\n")

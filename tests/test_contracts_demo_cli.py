@@ -131,3 +131,32 @@ def test_a_document_the_engine_refuses_prints_only_the_error(
         captured = capsys.readouterr()
         assert captured.out == ""
         assert captured.err.startswith("decision contracts: error (document): ")
+
+
+def test_bad_options_are_refused_before_the_model_loads(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from decision.serve.engine import ModelEngine
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(ModelEngine, "load", load)
+    for flag, value in (("--max-steps", "0"), ("--threshold", "2")):
+        assert main(["contracts", "demo", flag, value]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("decision contracts: error: options.") and err.count("\n") == 1
+
+
+def test_preset_flag_wins_over_the_example_and_hide_document_hides_it(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Example 7 is an NDA: ``--preset lease`` asks the lease questions of it instead."""
+    status = main(["contracts", "demo", "--example", "7", "--preset", "lease", "--model",
+                   str(checkpoint), "--max-steps", "1", "--hide-document"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert out.startswith("NDA 1: return on time, report on time (validation seed 10000004, "
+                          "preset lease)\nmodel: tiny-model\n\n")
+    assert get_example(7).document.splitlines()[0] not in out  # the document is not printed
+    assert list(_rows(out)) == [q["id"] for q in LEASE.requests()]

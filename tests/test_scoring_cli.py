@@ -665,3 +665,37 @@ def test_a_resume_refused_by_the_run_record_leaves_the_file_as_it_was(tmp_path: 
     with pytest.raises(DecisionInputError, match="not a predictions file"):
         score_csv(path, notes, first, resume=True, show_progress=False, progress_stream=said)
     assert said.getvalue() == ""
+
+
+@pytest.mark.parametrize(("flags", "how"), [
+    ([], "run it again with --resume"),
+    (["--resume"], "run the same command again"),
+    (["--overwrite"], "run it again with --resume instead of --overwrite"),
+])
+def test_ctrl_c_says_how_to_continue_for_each_way_of_starting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    flags: list[str], how: str,
+) -> None:
+    """The fast twin of the slow end-to-end test: each of --resume, --overwrite and neither gets
+    its own hint, and the flags reach score_csv as typed."""
+    import decision.scoring.runner as runner
+
+    seen: dict[str, Any] = {}
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ModelEngine, "load", lambda *a, **k: _FakeEngine())
+    monkeypatch.setattr(runner, "score_csv", interrupted)
+    path = _fake_csv(tmp_path / "in.csv", ["one"])
+    out = tmp_path / "p.csv"
+    assert cli_main(["score", str(path), "--out", str(out), "--no-progress", "--mode", "both",
+                     "--strict", "--batch-groups", "3", "--threshold", "0.5", "--max-steps",
+                     "4", *flags]) == 130
+    assert capsys.readouterr().err == (
+        f"decision score: interrupted; the groups done so far are in {out}: {how} to continue\n")
+    assert (seen["mode"], seen["strict"], seen["batch_groups"], seen["show_progress"]) == (
+        "both", True, 3, False)
+    assert (seen["resume"], seen["overwrite"]) == ("--resume" in flags, "--overwrite" in flags)
+    assert (seen["options"].threshold, seen["options"].max_steps) == (0.5, 4)

@@ -169,3 +169,12 @@ def test_the_board_address_is_one_a_browser_takes() -> None:
     assert board_url("::1", 8000) == "http://[::1]:8000/xiangqi/"
     assert board_url("example.org", 80) == "http://example.org:80/xiangqi/"
     assert ":0/" not in board_url("127.0.0.1", 0) and "uvicorn" in board_url("127.0.0.1", 0)
+
+
+def test_serve_refuses_the_first_port_past_the_range(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from decision.cli import main as decision_main
+
+    assert decision_main(["xiangqi", "serve", "--model", "random", "--port", "65536",
+                          "--db", str(tmp_path / "games.sqlite3")]) == 2
+    assert capsys.readouterr().err == ("decision xiangqi: error (port): --port must be from 0 "
+                                       "to 65535, got 65536\n")
