@@ -682,7 +682,7 @@ def test_a_schema_the_busy_machine_could_not_compile_is_503_then_compiles(
 @pytest.mark.parametrize(("method", "path", "allowed"), [
     ("GET", "/decide", "POST"),
     ("PUT", "/decide", "POST"),
-    ("POST", "/health", "GET"),
+    ("POST", "/health", "GET, HEAD"),  # HEAD /health is a route of its own
     ("DELETE", "/metrics", "GET"),
 ])
 def test_a_wrong_method_is_405_naming_the_allowed_ones(
@@ -1003,3 +1003,117 @@ def test_the_validation_backlog_is_bounded_by_the_queue_size() -> None:
             await asyncio.to_thread(service.stop)
 
     asyncio.run(scenario())
+
+
+# --- The HTTP layer with a fake engine (no model, no server): fast checks of the edges ---------
+
+
+def _fake_client(max_body: int = 1024, crash: bool = False) -> Any:
+    from fastapi.testclient import TestClient
+
+    engine = _FakeEngine(prepare_s=0.0)
+    if crash:
+        def broken(prepared: Sequence[Any]) -> list[Any]:
+            raise RuntimeError("the engine broke")
+        engine.decide_many = broken  # type: ignore[method-assign]
+    settings = ServeSettings(include_apps=False, max_body_bytes=max_body)
+    return TestClient(create_app(settings, engine=engine), raise_server_exceptions=False)
+
+
+def test_the_body_limit_is_inclusive_for_a_declared_and_a_chunked_body() -> None:
+    """A body of exactly ``--max-body-bytes`` is read; one byte more is 413, whether its length
+    is declared or it is chunked (counted as it streams, not only once twice the limit)."""
+    limit = 1024
+    json_ = {"content-type": "application/json"}
+    with _fake_client(max_body=limit) as client:
+        exact = json.dumps(_body()).encode()
+        exact = exact[:-1] + b" " * (limit - len(exact)) + b"}"  # pad to the limit
+        assert len(exact) == limit and json.loads(exact)
+        assert client.post("/decide", content=exact, headers=json_).status_code == 200
+        r = client.post("/decide", content=exact[:-1] + b" }", headers=json_)
+        assert r.status_code == 413 and r.json()["error"]["type"] == "payload_too_large"
+        r = client.post("/decide", content=iter([exact]), headers=json_)
+        assert r.status_code == 200, r.text
+        over = exact[:-1] + b" " * (limit // 2) + b"}"  # 1.5 times the limit, in two chunks
+        r = client.post("/decide", content=iter([over[:limit], over[limit:]]), headers=json_)
+        assert r.status_code == 413 and r.json()["error"]["type"] == "payload_too_large"
+
+
+def test_a_validation_error_names_the_field_without_body_and_counts_the_others() -> None:
+    with _fake_client() as client:
+        q = {"id": "a", "answer": {"type": "boolean"}}  # no "text"
+        r = client.post("/decide", json={"document": "d", "questions": [q, {**q, "id": "b"}]})
+        assert r.status_code == 422, r.text
+        err = r.json()["error"]
+        assert err["type"] == "validation_error" and err["field"] == "questions.0.text"
+        assert err["message"].startswith("questions.0.text: ")
+        assert err["message"].endswith(" (and 1 more problem)"), err["message"]
+        three = [q, {**q, "id": "b"}, {**q, "id": "c"}]
+        r = client.post("/decide", json={"document": "d", "questions": three})
+        assert r.json()["error"]["message"].endswith(" (and 2 more problems)"), r.text
+
+
+def test_a_405_sends_the_allow_header_of_every_route_on_the_path() -> None:
+    """``HEAD /health`` answers 200 (a route of its own), but a 405 there named only ``GET``:
+    Starlette takes the first matching route's methods."""
+    with _fake_client() as client:
+        assert client.head("/health").status_code == 200
+        r = client.delete("/health")
+        assert r.status_code == 405 and r.json()["error"]["type"] == "method_not_allowed"
+        assert r.headers["allow"] == "GET, HEAD", r.headers
+        assert r.json()["error"]["message"].endswith("; allowed: GET, HEAD")
+
+
+def test_decide_outcomes_count_a_crash_as_error_and_a_cross_site_write_as_invalid() -> None:
+    with _fake_client(crash=True) as client:
+        metrics = client.app.state.service.metrics
+        r = client.post("/decide", json=_body())
+        assert r.status_code == 500 and r.json()["error"]["type"] == "internal_error"
+        r = client.post("/decide", json=_body(), headers={"sec-fetch-site": "cross-site"})
+        assert r.status_code == 403, r.text
+        assert metrics.requests.value(outcome="error") == 1
+        assert metrics.requests.value(outcome="invalid") == 1
+        assert metrics.latency.count(outcome="invalid") == 1
+
+
+def test_health_says_degraded_while_the_model_is_not_loaded() -> None:
+    client = _fake_client()  # not started: no lifespan, no model
+    body = client.get("/health").json()
+    assert body["status"] == "degraded" and body["model_loaded"] is False, body
+    with client:
+        body = client.get("/health").json()
+        assert body["status"] == "ok" and body["model_loaded"] is True, body
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE"])
+def test_every_write_method_sent_cross_site_is_refused(method: str) -> None:
+    """Not only POST: a route taking PUT, PATCH or DELETE is refused the same way, and the
+    header's value is matched whatever its case."""
+    client = _fake_client()
+
+    @client.app.api_route("/thing", methods=["PUT", "PATCH", "DELETE"])
+    async def thing() -> dict[str, str]:
+        return {"done": "yes"}
+
+    for site in ("cross-site", "Cross-Site"):
+        r = client.request(method, "/thing", headers={"sec-fetch-site": site})
+        assert r.status_code == 403 and r.json()["error"]["type"] == "cross_site_request"
+    r = client.request(method, "/thing", headers={"sec-fetch-site": "same-origin"})
+    assert r.status_code == 200, r.text
+    r = client.get("/thing")  # and its 405 names the methods sorted, in Allow as in the message
+    assert r.status_code == 405 and r.headers["allow"] == "DELETE, PATCH, PUT", r.headers
+    assert r.json()["error"]["message"].endswith("; allowed: DELETE, PATCH, PUT")
+
+
+def test_prometheus_buckets_include_their_bound_and_labels_are_escaped() -> None:
+    """``le`` is "less than or equal": a value on a bound counts in that bound's bucket; a label
+    value's backslash, quote and newline are escaped so the line stays one line."""
+    from decision.serve.metrics import Counter, Histogram
+
+    h = Histogram("h", "help", (1.0, 2.0))
+    h.observe(1.0)
+    lines = h.render()
+    assert 'h_bucket{le="1"} 1' in lines and 'h_bucket{le="2"} 1' in lines, lines
+    c = Counter("c", "help", ("outcome",))
+    c.inc(outcome='a"b\\c\nd')
+    assert c.render()[-1] == 'c{outcome="a\\"b\\\\c\\nd"} 1', c.render()

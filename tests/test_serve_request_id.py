@@ -282,3 +282,8 @@ def test_a_crash_after_the_response_started_is_not_logged_as_a_500(
     lines = [rec.getMessage() for rec in caplog.records if rec.name == "decision.serve"]
     assert len(lines) == 1 and "stream-1" in lines[0], lines
     assert "answered 500" not in lines[0] and "after its response started" in lines[0], lines
+
+
+def test_of_two_client_ids_the_first_is_kept(client: TestClient) -> None:
+    r = client.get("/health", headers=[("X-Request-ID", "first-1"), ("X-Request-ID", "second-2")])
+    assert r.headers["x-request-id"] == "first-1"

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from decision.errors import CompileBusyError, DecisionInputError
@@ -129,10 +130,17 @@ def _unparsable_body(cause: BaseException | None) -> str:
     return "request body is not readable JSON"
 
 
-def _allowed_methods(exc: StarletteHTTPException) -> list[str]:
-    """The methods a 405's ``Allow`` header names, sorted (Starlette joins a set)."""
+def _allowed_methods(exc: StarletteHTTPException, request: Request) -> list[str]:
+    """The methods a 405's ``Allow`` header names, sorted: those of every route on the path.
+    Starlette names only the first route's (``GET`` for ``/health``, whose ``HEAD`` is a route
+    of its own), joined from a set."""
+    methods: set[str] = set()
+    for route in getattr(request.app, "routes", ()):
+        route_methods = getattr(route, "methods", None)
+        if route_methods and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= set(route_methods)
     allow = (exc.headers or {}).get("Allow", "")
-    return sorted({m.strip() for m in allow.split(",") if m.strip()})
+    return sorted(methods | {m.strip() for m in allow.split(",") if m.strip()})
 
 
 def _http_error_response(exc: StarletteHTTPException, request: Request) -> JSONResponse:
@@ -143,7 +151,7 @@ def _http_error_response(exc: StarletteHTTPException, request: Request) -> JSONR
                               headers=headers or None)
     message = str(exc.detail)
     if exc.status_code == 405:
-        allowed = _allowed_methods(exc)
+        allowed = _allowed_methods(exc, request)
         message = f"method {request.method} is not allowed on {request.url.path}"
         if allowed:
             headers["Allow"] = ", ".join(allowed)
