@@ -501,6 +501,36 @@ def test_the_openapi_schema_declares_every_error_status_of_decide(checkpoint: Pa
     assert "64" in operation["description"]
 
 
+def test_null_for_a_field_with_a_default_is_the_field_left_out(server: str,
+                                                               checkpoint: Path) -> None:
+    """Clients that write their unset optional fields as ``null`` got a 422 for ``"mode":
+    null`` or ``"options": null`` though ``commit`` and ``max_steps`` took null as "the
+    default"; every field with a default takes it now, and the schema says so."""
+    body = _body()
+    body["mode"] = None
+    body["options"] = None
+    nulls = httpx.post(f"{server}/decide", json=body, timeout=120)
+    defaults = httpx.post(f"{server}/decide", json=_body(), timeout=120)
+    assert nulls.status_code == defaults.status_code == 200, nulls.text
+    assert nulls.json()["mode"] == "joint"
+    assert [a["value"] for a in nulls.json()["answers"]] == [
+        a["value"] for a in defaults.json()["answers"]]
+    body["options"] = {"threshold": None, "return_probabilities": None, "score_options": None}
+    assert httpx.post(f"{server}/decide", json=body, timeout=120).status_code == 200
+    for field in ("document", "questions"):  # a required field's null is still refused
+        refused = httpx.post(f"{server}/decide", json={**_body(), field: None}, timeout=120)
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == field
+    spec = create_app(ServeSettings(model_path=str(checkpoint), include_apps=False)).openapi()
+    schemas = spec["components"]["schemas"]
+    for model, fields in (("DecideBody", ("mode", "options")),
+                          ("DecideOptions", ("threshold", "return_probabilities", "commit"))):
+        for field in fields:
+            assert {"type": "null"} in schemas[model]["properties"][field]["anyOf"], field
+        assert not any({"type": "null"} in prop.get("anyOf", ())
+                       for name, prop in schemas[model]["properties"].items()
+                       if name in schemas[model].get("required", ()))
+
+
 _JSON = st.recursive(
     # JSON has no NaN or infinity: the client could not send them
     st.none() | st.booleans() | st.integers(-10**20, 10**20)

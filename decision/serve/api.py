@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from decision.errors import DecisionInputError
 from decision.schemas.models import Question
@@ -16,11 +16,40 @@ Mode = Literal["joint", "standalone", "auto"]
 QuestionIn = Question
 
 
+def _nulls_as_left_out(model: type[BaseModel], payload: Any) -> Any:
+    """A ``null`` for a field with a default is that field left out: clients that serialise
+    their unset optional fields as ``null`` get the defaults, as for ``commit`` and
+    ``max_steps`` (a required field's ``null`` stays an error)."""
+    if not isinstance(payload, dict):
+        return payload
+    optional = {name for name, field in model.model_fields.items() if not field.is_required()}
+    return {key: value for key, value in payload.items()
+            if value is not None or key not in optional}
+
+
+def _declare_nulls(schema: dict[str, Any]) -> None:
+    """Say in the JSON schema what ``_nulls_as_left_out`` accepts: ``null`` for every field
+    that has a default."""
+    required = set(schema.get("required", ()))
+    for name, prop in schema.get("properties", {}).items():
+        if name in required or {"type": "null"} in prop.get("anyOf", ()):
+            continue
+        keep = {k: prop.pop(k) for k in ("title", "description", "default") if k in prop}
+        inner = dict(prop)
+        prop.clear()
+        prop.update(anyOf=[inner, {"type": "null"}], **keep)
+
+
 class DecideOptions(BaseModel):
     """Decoding options of one request. Strict types, as ``decide`` has them: ``true`` is not a
     threshold of 1, nor ``"0.5"`` one of 0.5, nor ``"yes"`` a flag."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_declare_nulls)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls(cls, payload: Any) -> Any:
+        return _nulls_as_left_out(cls, payload)
 
     threshold: float = Field(
         0.9, gt=0.0, le=1.0, strict=True, allow_inf_nan=False,
@@ -49,14 +78,7 @@ class DecideOptions(BaseModel):
     )
 
 
-class DecideBody(BaseModel):
-    """``POST /decide``: one document and the questions to answer about it."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {
+_DECIDE_EXAMPLE = {
                     "document": "The tenant gave 20 days of notice; the lease requires 30.",
                     "questions": [
                         {"id": "timely", "text": "Was notice timely?",
@@ -67,9 +89,17 @@ class DecideBody(BaseModel):
                     "mode": "joint",
                     "options": {"threshold": 0.9, "return_probabilities": True},
                 }
-            ]
-        },
-    )
+
+
+def _body_schema_extra(schema: dict[str, Any]) -> None:
+    schema["examples"] = [_DECIDE_EXAMPLE]
+    _declare_nulls(schema)
+
+
+class DecideBody(BaseModel):
+    """``POST /decide``: one document and the questions to answer about it."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_body_schema_extra)
 
     document: str = Field(description="The material the questions are about.")
     questions: list[Question] = Field(
@@ -84,6 +114,11 @@ class DecideBody(BaseModel):
         "auto: joint passes of up to 8, standalone for a slot too large.",
     )
     options: DecideOptions = Field(default_factory=DecideOptions)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls(cls, payload: Any) -> Any:
+        return _nulls_as_left_out(cls, payload)
 
 
 def check_unique_ids(body: DecideBody) -> None:
