@@ -54,12 +54,21 @@ def _size(pattern: sre_parse.SubPattern | list, field: str) -> int:
 _RUST_REPEAT = re.compile(r"\{\s*[0-9]+\s*(?:,\s*[0-9]*\s*)?\}")
 
 
-def _unescaped(regex: str, comments: bool = False) -> Iterator[tuple[int, str, bool]]:
+# inline flags: (?x) to the end of the enclosing group, (?x:...) for the group; off with -x
+_FLAG_GROUP = re.compile(r"\(\?([a-zA-Z]*)(?:-([a-zA-Z]*))?([:)])")
+
+
+def _unescaped(regex: str) -> Iterator[tuple[int, str, bool, bool]]:
     """Each character of ``regex`` that is not escaped (``\\x`` is skipped whole) nor a
-    class's own brackets, its index, and whether it stands in a character class (a ``]`` first
-    in a class, also after ``^``, is a character); with ``comments`` (verbose mode) a ``#``
-    outside a class and the rest of its line are skipped too."""
-    i, in_class = 0, False
+    class's own brackets, its index, whether it stands in a character class (a ``]`` first in a
+    class, also after ``^``, is a character) and whether verbose mode is on there. Verbose mode
+    is tracked as both Python and Rust scope it: on after ``(?x)`` to the end of the enclosing
+    group, inside ``(?x:...)``, off inside ``(?-x:...)``; where it is on, a ``#`` outside a
+    class and the rest of its line are skipped (a comment for both). Until 2026-12 the whole
+    regex was read as verbose when a flag turned it on anywhere, so a literal ``#`` before a
+    ``(?x:...)`` group hid the group from the checks below."""
+    i, in_class, verbose = 0, False, False
+    enclosing: list[bool] = []  # verbose mode outside each open group
     while i < len(regex):
         ch = regex[i]
         if ch == "\\":
@@ -71,22 +80,39 @@ def _unescaped(regex: str, comments: bool = False) -> Iterator[tuple[int, str, b
             i += regex.startswith("^", i)
             i += regex.startswith("]", i)  # a "]" first in a class is a character
             continue
-        if not in_class and comments and ch == "#":  # a comment to the end of the line
+        if in_class:
+            if ch == "]":
+                in_class = False
+            else:
+                yield i, ch, True, verbose
+            i += 1
+            continue
+        if verbose and ch == "#":  # a comment to the end of the line
             end = regex.find("\n", i)
             i = len(regex) if end < 0 else end
             continue
-        if in_class and ch == "]":
-            in_class = False
-        else:
-            yield i, ch, in_class
+        flags = _FLAG_GROUP.match(regex, i) if ch == "(" else None
+        if flags is not None:
+            on = (verbose or "x" in flags[1]) and "x" not in (flags[2] or "")
+            if flags[3] == ":":
+                enclosing.append(verbose)
+            verbose = on
+            i = flags.end()  # flag letters: no space, brace or "#" to check
+            continue
+        if ch == "(":
+            enclosing.append(verbose)
+        elif ch == ")" and enclosing:
+            verbose = enclosing.pop()
+        yield i, ch, False, verbose
         i += 1
 
 
 def _spaced_repeat(regex: str) -> str | None:
     """The first counted repetition holding whitespace (``a{ 3 }``, ``a{2, 5}``) outside a
-    character class: Rust's regex reads it as a repetition, Python's parser as text, so the
-    expanded size would miss it (``(a{ 1000 }){ 1000 }`` counted 17 units)."""
-    for i, ch, in_class in _unescaped(regex):
+    character class and a verbose-mode comment: Rust's regex reads it as a repetition, Python's
+    parser as text, so the expanded size would miss it (``(a{ 1000 }){ 1000 }`` counted 17
+    units)."""
+    for i, ch, in_class, _ in _unescaped(regex):
         if ch == "{" and not in_class:
             match = _RUST_REPEAT.match(regex, i)
             if match and any(c.isspace() for c in match.group()):
@@ -104,14 +130,18 @@ _PYTHON_SPACE = frozenset(" \t\n\r\v\f")
 
 
 def _verbose_space(regex: str) -> str | None:
-    """In verbose mode, the first unescaped whitespace Rust skips but Python reads as text: a
-    non-ASCII space (U+00A0, U+3000...) anywhere, any space inside a character class. Rust's
-    answer to ``(?x)a`` U+3000 ``b`` was ``ab``, which Python's reading (a U+3000 b) does not
-    match, and ``(?x)[ a]`` never gave the space Python allows."""
+    """Where verbose mode is on, the first unescaped character Rust reads otherwise than
+    Python: whitespace Rust skips but Python reads as text (a non-ASCII space, U+00A0, U+3000...,
+    anywhere; any space inside a character class), or a ``#`` inside a class, where Rust starts
+    a comment and Python reads a character. Rust's answer to ``(?x)a`` U+3000 ``b`` was ``ab``,
+    which Python's reading (a U+3000 b) does not match, ``(?x)[ a]b`` never gave the space
+    Python allows, and ``(?x)[a#]`` newline ``]`` (Rust: the class [a]) answered ``a``, which
+    Python's reading ([a#] then ``]``) does not match."""
     if not _VERBOSE_FLAG.search(regex):
         return None
-    for _, ch, in_class in _unescaped(regex, comments=True):
-        if ch in _RUST_SPACE and (in_class or ch not in _PYTHON_SPACE):
+    for _, ch, in_class, verbose in _unescaped(regex):
+        if verbose and (ch in _RUST_SPACE and (in_class or ch not in _PYTHON_SPACE)
+                        or in_class and ch == "#"):
             return ch
     return None
 
@@ -129,6 +159,13 @@ def check_regex(regex: str, field: str) -> int:
             field,
         )
     space = _verbose_space(regex)
+    if space == "#":
+        raise SchemaError(
+            "regex in verbose mode (x flag) has '#' in a character class: outlines-core reads "
+            "it as the start of a comment, Python as text; escape it (\\#) or leave verbose "
+            "mode",
+            field,
+        )
     if space is not None:
         raise SchemaError(
             f"regex in verbose mode (x flag) has the whitespace {space!r} in a character class "
