@@ -358,7 +358,8 @@ function animateTo(next) {
 class ApiError extends Error {
   constructor(status, body) {
     const err = (body && body.error) || {};
-    super(err.message || `HTTP ${status}`);
+    // a body that is not the API's (a proxy's HTML page) still says what answered
+    super(err.message || `the server answered HTTP ${status}`);
     this.status = status;
     this.type = err.type;
     this.field = err.field;
@@ -395,20 +396,24 @@ function showError(message) {
   const box = el("error");
   box.textContent = message || "";
   box.hidden = !message;
+  // at phone size the box is under the controls, below the board: bring it on screen
+  if (message) box.scrollIntoView({ block: "nearest" });
 }
 
-async function run(task) {
+// `keepError`: the message shown stays (it says why this run was started)
+async function run(task, keepError = false) {
   if (busy) return;
-  running = runNow(task);
+  running = runNow(task, keepError);
   await running;
 }
 
-async function runNow(task) {
+async function runNow(task, keepError) {
   busy = true;
   following += 1; // this page changes the game now: stop watching it
   watching = false;
   renderButtons();
-  showError("");
+  if (!keepError) showError("");
+  let askAfter = false; // the game read again has moved on and leaves the model to move
   try {
     await task();
   } catch (err) {
@@ -416,12 +421,23 @@ async function runNow(task) {
     showError(err.message);
     thinking = false;
     selected = null;
-    if (err.status === 409 && state) { // someone else changed the game: show what it is now
+    // 409: someone else changed the game. No answer, or a 5xx (a proxy's 504, a server cut off):
+    // the change may have been made all the same. Either way, show the game as it is now.
+    if (state && (err.status === 409 || err.status === 0 || err.status >= 500)) {
       let reread = false;
+      let changed = false;
       try {
-        state = await api("GET", `/${state.id}`);
+        const next = await api("GET", `/${state.id}`);
+        changed = next.version !== state.version;
+        state = next;
         reread = true;
       } catch (_) { /* keep the old view */ }
+      if (changed && err.status !== 409) {
+        showError(`${err.message} (the game has changed on the server all the same: it is ` +
+          "shown as it is now)");
+      }
+      // as on a reload: the model plays now (a game_busy is followed instead, below)
+      askAfter = changed && err.type !== "game_busy" && state.model_to_move;
       if (err.type === "conflict" && reread) {
         // the API's advice is to reload: this page has read the game again already
         showError("This game was changed in another tab or window; it is shown here as it is " +
@@ -443,6 +459,8 @@ async function runNow(task) {
       const id = wanted;
       wanted = null;
       setTimeout(() => openGame(id));
+    } else if (askAfter) {
+      setTimeout(() => run(modelReplyIfDue, true));
     }
   }
 }
