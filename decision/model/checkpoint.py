@@ -438,10 +438,17 @@ def read_config(directory: Path) -> DecisionConfig:
     """Parse ``directory/config.json`` into a DecisionConfig (CheckpointError when bad)."""
     file = directory / "config.json"
     if not file.is_file():
+        # a folder of that name, or a dangling link, is there but no file: "missing" misled
+        if os.path.lexists(file):
+            raise CheckpointError(f"{file}: not a regular file")
         raise CheckpointError(f"{file}: missing config.json")
     try:
-        raw = json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # deep nesting
+        data = file.read_bytes()
+    except OSError as exc:  # no permission, an I/O error: not "invalid JSON"
+        raise CheckpointError(f"{file}: cannot read ({exc.strerror or exc})") from None
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # deep nesting
         raise CheckpointError(f"{file}: invalid JSON ({exc})") from None
     try:
         return DecisionConfig.from_dict(raw, source=str(file))
@@ -587,6 +594,20 @@ def _check_tokenizer(directory: Path, tokenizer: Any, vocab_size: int) -> None:
         )
 
 
+def check_decoding_tokenizer(directory: str | Path, tokenizer: Any) -> None:
+    """The decoder's own checks of a tokenizer (the layout's special tokens, a byte-level piece
+    for every byte, text encoded as its own bytes), made now, as a :class:`CheckpointError`
+    naming ``directory/tokenizer.json``. ``load_model`` takes any tokenizer; a service that
+    only found out at the first request answered every request 422, the client's fault."""
+    from decision.schemas.compile import tokenizer_context  # cached: the first request reuses it
+
+    try:
+        tokenizer_context(tokenizer)
+    except DecisionInputError as exc:
+        raise CheckpointError(f"{Path(directory) / 'tokenizer.json'}: the decoder cannot use "
+                              f"this tokenizer ({exc.message})") from None
+
+
 def _plan(
     config: DecisionConfig, sources: dict[str, Source], directory: Path, files_read: list[Path],
 ) -> list[str]:
@@ -680,6 +701,23 @@ def _fill(model: DecisionModel, sources: dict[str, Source]) -> None:
             )
         with torch.no_grad():
             param.copy_(cast)
+    if tied and "lm_head.weight" in sources:
+        _check_tied_head(model, sources["lm_head.weight"])
+
+
+def _check_tied_head(model: DecisionModel, source: Source) -> None:
+    """With tie_word_embeddings the output head is the embedding, and an ``lm_head.weight``
+    beside it is taken for a copy: one that differs is a head trained on its own (a config.json
+    of an untied run, the flag flipped), and the model answered with the embedding in its place."""
+    getter, where, _ = source
+    head = _read_source(getter, where)
+    embedding = model.model.embed_tokens.weight
+    if head.shape != embedding.shape or not torch.equal(head.to(embedding.dtype), embedding):
+        raise CheckpointError(
+            f"{where} is not the embedding 'model.embed_tokens.weight', but config.json says "
+            f"tie_word_embeddings true, which would drop it for the embedding (set it false for "
+            f"a head of its own)"
+        )
 
 
 def _read_source(getter: Getter, where: str) -> torch.Tensor:

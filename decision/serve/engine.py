@@ -88,11 +88,16 @@ class ModelEngine:
     def load(cls, path: str | None, device: str = "cpu") -> ModelEngine:
         """Load a checkpoint directory (None: the shipped default); raises ``CheckpointError``."""
         from decision.model import load_model
-        from decision.model.checkpoint import DEFAULT_MODEL_DIR
+        from decision.model.checkpoint import DEFAULT_MODEL_DIR, check_decoding_tokenizer
 
         model = load_model(path, device=device)
         directory = Path(path) if path is not None else DEFAULT_MODEL_DIR
-        return cls(model, name=directory.resolve().name, path=str(directory))
+        # the tokenizer checks the first request would make, now: a tokenizer.json the decoder
+        # cannot use (no [MASK]) started a healthy service that answered every request 422, and
+        # `decision score` skipped every group and exited 0
+        engine = cls(model, name=directory.resolve().name, path=str(directory))  # has a tokenizer
+        check_decoding_tokenizer(directory, model.tokenizer)
+        return engine
 
     def prepare(self, body: DecideBody) -> Prepared:
         """Validate ``body`` as the decoder will, without decoding; raise
