@@ -72,15 +72,18 @@ def run(args: argparse.Namespace) -> int:
         # in the try: interrupted while the summary is written, the run says how to finish it
         json_path, md_path = write_summary(result, out_path, engine.name, input_path)
     except KeyboardInterrupt:
-        if args.resume:
-            how = "run the same command again"
-        elif args.overwrite:
-            how = "run it again with --resume instead of --overwrite"
-        else:
-            how = "run it again with --resume"
         print(f"decision score: interrupted; the groups done so far are in {out_path}: "
-              f"{how} to continue", file=sys.stderr)
+              f"{_how_to_continue(args)} to continue", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if exc.filename is None:  # not a file's write (the predictions' name theirs)
+            raise
+        # a full disk, an I/O error, a disk remounted read-only: the groups written whole are
+        # kept (a torn last group is cut off by --resume), so say where and how to go on
+        print(f"decision score: error: cannot write {exc.filename}: {exc.strerror}; the groups "
+              f"done so far are in {out_path}: {_how_to_continue(args)} to continue",
+              file=sys.stderr)
+        return 1
     print(
         f"scored {result.scored} groups ({result.resumed} kept from before, "
         f"{len(result.problems)} rows/groups skipped); predictions {out_path}; "
@@ -88,3 +91,12 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _how_to_continue(args: argparse.Namespace) -> str:
+    """How to continue a run that stopped: with ``--resume``, as the same command or not."""
+    if args.resume:
+        return "run the same command again"
+    if args.overwrite:
+        return "run it again with --resume instead of --overwrite"
+    return "run it again with --resume"

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Collection, Iterable, Mapping
+import os
+import stat
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from decision.errors import DecisionInputError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock (the project runs on Linux and macOS)
+    fcntl = None  # type: ignore[assignment]
 
 OUTPUT_COLUMNS: tuple[str, ...] = (
     "group_id",
@@ -115,17 +123,51 @@ class PredictionWriter:
 
     def write_group(self, rows: list[PredictionRow]) -> None:
         # One write per group: a crash leaves whole groups and at most one partial group.
-        self._file.write(_encode_rows(row.cells() for row in rows))
-        self._file.flush()
+        try:
+            self._file.write(_encode_rows(row.cells() for row in rows))
+            self._file.flush()
+        except OSError as exc:  # a full disk: the error names the file (a flush names none)
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
     def __enter__(self) -> PredictionWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, *exc: object) -> None:
+        try:
+            self.close()
+        except OSError:
+            if kind is None:
+                raise
+            # the write that failed is the error to report, not this retry of its flush
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold the predictions file (created empty if missing) locked for one run, or refuse it
+    while another run holds it: two runs on one file (a ``--resume`` started while the first
+    still ran) both wrote it, and it held groups twice or one run's rows over the other's. The
+    lock (``flock``) ends with the run, and with its process, however that dies."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise DecisionInputError(f"{path}: cannot write: {exc.strerror}", "out") from None
+    try:
+        if fcntl is not None and stat.S_ISREG(os.fstat(fd).st_mode):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise DecisionInputError(
+                    f"{path}: another run is writing it (a decision score on it has not ended); "
+                    "wait for it to end, or choose another --out", "out") from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def read_predictions(path: Path) -> list[PredictionRow]:

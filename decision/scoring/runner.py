@@ -17,7 +17,13 @@ from decision.errors import CompileBusyError, DecisionInputError
 from decision.progress import Progress
 from decision.scoring.gold import is_correct
 from decision.scoring.groups import InputGroup, Problem, read_groups
-from decision.scoring.output import PredictionRow, PredictionWriter, read_predictions, recover
+from decision.scoring.output import (
+    PredictionRow,
+    PredictionWriter,
+    locked,
+    read_predictions,
+    recover,
+)
 from decision.scoring.run_record import check_or_write, run_record
 from decision.serve.api import DecideBody, DecideOptions
 from decision.serve.service import ServiceEngine
@@ -130,8 +136,10 @@ def check_paths(input_path: Path, out_path: Path, *, resume: bool, overwrite: bo
     if out_path.is_dir():  # else refused only once the model loaded, its run record written
         raise DecisionInputError(f"{out_path}: is a folder; --out names the predictions file "
                                  "(OUT.csv)", "out")
-    if out_path.resolve() == input_path.resolve():
-        # the writer would truncate the input it was scoring
+    if out_path.resolve() == input_path.resolve() or (
+        out_path.exists() and input_path.exists() and out_path.samefile(input_path)
+    ):
+        # the writer would truncate the input it was scoring (a hard link: another name)
         raise DecisionInputError(f"{out_path}: the predictions would overwrite the input", "out")
     if not (resume or overwrite) and out_path.is_file() and out_path.stat().st_size > 0:
         raise DecisionInputError(f"{out_path}: exists; pass --resume to continue it or "
@@ -170,29 +178,33 @@ def score_csv(
         print(f"{input_path}:{problem.line}: skipped: {problem.reason}", file=stream)
     expected = {g.group_id: len(g.questions) * len(modes) for g in groups}
     questions = {g.group_id: {q.question.id for q in g.questions} for g in groups}
-    # the run record first: recover cuts off what it takes for incomplete groups before it
-    # returns (with the same ids over another input, every group), and a refused resume must
-    # leave the file as it was; recover's own refusals still cover files from before records,
-    # and its refusal of a file that is no predictions file comes without the record's warning
-    warning = check_or_write(out_path, run_record(engine, input_path, mode, options,
-                                                  batch_groups), resume=resume)
-    done = recover(out_path, expected, modes, questions) if resume else set()
-    if warning is not None:
-        print(warning, file=stream)
-    bar = Progress(len(groups), done=len(done), stream=stream, enabled=show_progress)
-    try:
-        scored = _score_batches(input_path, out_path, engine, groups, done, modes, options,
-                                resume=resume, strict=strict, batch_groups=batch_groups,
-                                problems=problems, bar=bar)
-    finally:
-        bar.close()  # ends the bar's line, also when interrupted or stopped by --strict
+    # one run at a time on a predictions file: from the run record to the last row read back
+    with locked(out_path):
+        # the run record first: recover cuts off what it takes for incomplete groups before it
+        # returns (with the same ids over another input, every group), and a refused resume
+        # must leave the file as it was; recover's own refusals still cover files from before
+        # records, and its refusal of a file that is no predictions file comes without the
+        # record's warning
+        warning = check_or_write(out_path, run_record(engine, input_path, mode, options,
+                                                      batch_groups), resume=resume)
+        done = recover(out_path, expected, modes, questions) if resume else set()
+        if warning is not None:
+            print(warning, file=stream)
+        bar = Progress(len(groups), done=len(done), stream=stream, enabled=show_progress)
+        try:
+            scored = _score_batches(input_path, out_path, engine, groups, done, modes, options,
+                                    resume=resume, strict=strict, batch_groups=batch_groups,
+                                    problems=problems, bar=bar)
+        finally:
+            bar.close()  # ends the bar's line, also when interrupted or stopped by --strict
+        predictions = read_predictions(out_path)
     return ScoreResult(
         groups=groups,
         modes=modes,
         resumed=len(done),
         scored=scored,
         problems=problems,
-        predictions=read_predictions(out_path),
+        predictions=predictions,
     )
 
 
