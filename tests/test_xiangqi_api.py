@@ -804,3 +804,32 @@ def test_a_write_sent_by_a_page_of_another_site_is_refused(
         assert r.status_code == 200, (site, r.text)
         client.post(f"{GAMES}/{g['id']}/undo")
     assert client.post(GAMES, json={}).status_code == 201  # no header: curl, scripts
+
+
+@pytest.mark.parametrize("route", ["create", "move"])
+def test_a_store_that_cannot_write_is_a_503_saying_nothing_changed(
+    db: Path, monkeypatch: pytest.MonkeyPatch, route: str,
+) -> None:
+    """A full disk (or a database locked past its timeout) was a 500 "internal error:
+    OperationalError": the client could not tell a server fault that may pass from a bug, nor
+    whether its move was kept. SQLite rolled the write back, so nothing changed."""
+    import sqlite3
+
+    from apps.xiangqi.store import GameStore
+
+    client = TestClient(create_app(db, FirstMovePlayer()), raise_server_exceptions=False)
+    game = new_game(client, model_side="none")
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(GameStore, "create" if route == "create" else "save", full)
+    response = (client.post("/api/xiangqi/games", json={}) if route == "create"
+                else move(client, game["id"], "h2e2"))
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["type"] == "unavailable"
+    assert "database or disk is full" in error["message"] and "not" in error["message"]
+    assert response.headers["retry-after"]
+    monkeypatch.undo()
+    assert client.get(f"/api/xiangqi/games/{game['id']}").json()["version"] == game["version"]

@@ -18,6 +18,8 @@ invalid or empty, 415 not sent as ``application/json``.
 from __future__ import annotations
 
 import asyncio
+import logging
+import sqlite3
 import threading
 import time
 import typing
@@ -64,8 +66,10 @@ from decision.serve.errors import (
     error_response,
     install_error_handlers,
 )
-from decision.serve.request_id import install_request_ids
+from decision.serve.request_id import current_request_id, install_request_ids
 from decision.serve.settings import ServeSettings
+
+log = logging.getLogger("decision.xiangqi")
 
 # The service mounts ``static_dir`` at ``static_url`` (decision.serve.app): the web board.
 static_dir = Path(__file__).resolve().parent / "static"
@@ -421,6 +425,14 @@ class _JsonErrorRoute(APIRoute):
                 return _validation_response(e, request, fields)
             except DecisionInputError as e:
                 return error_response(422, "validation_error", e.message, e.field)
+            except sqlite3.OperationalError as e:
+                # a full disk, an I/O error, a database locked past its timeout: the write was
+                # rolled back, so a 503 that may pass, not a 500 that says nothing of the move
+                log.warning("request %s: the game store failed: %s", current_request_id(), e)
+                return error_response(
+                    503, "unavailable", f"the game store cannot be used now ({e}); the request "
+                    "was not carried out: try again later", headers={"Retry-After": "5"},
+                )
             finally:
                 _answer.reset(token)
 
