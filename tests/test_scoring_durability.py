@@ -152,3 +152,31 @@ def test_predictions_never_overwrite_the_input_through_a_hard_link(tmp_path: Pat
     with pytest.raises(DecisionInputError, match="overwrite the input"):
         score_csv(path, link, _Engine(), overwrite=True, show_progress=False)
     assert path.read_bytes() == before
+
+
+def test_an_overwrite_cut_off_after_its_run_record_leaves_no_old_rows_under_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--overwrite`` wrote the new run record before it emptied OUT.csv: a run that died in
+    between left the old run's predictions under the new record, and a ``--resume`` of the new
+    run kept them as its own answers (another model's, or other options')."""
+    from decision.scoring import runner
+    from decision.serve.api import DecideOptions
+
+    path, out = _csv(tmp_path / "in.csv", 3), tmp_path / "pred.csv"
+    score_csv(path, out, _Engine(), batch_groups=1, show_progress=False)
+    assert len(read_predictions(out)) == 3
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt  # the process dies before it writes a row
+
+    monkeypatch.setattr(runner, "_score_batches", killed)
+    other = DecideOptions(threshold=0.5)
+    with pytest.raises(KeyboardInterrupt):
+        score_csv(path, out, _Engine(), batch_groups=1, show_progress=False, overwrite=True,
+                  options=other)
+    monkeypatch.undo()
+    assert out.stat().st_size == 0  # not the first run's rows under the new run's record
+    resumed = score_csv(path, out, _Engine(), batch_groups=1, show_progress=False, resume=True,
+                        options=other)
+    assert resumed.resumed == 0 and resumed.scored == 3

@@ -180,6 +180,10 @@ def score_csv(
     questions = {g.group_id: {q.question.id for q in g.questions} for g in groups}
     # one run at a time on a predictions file: from the run record to the last row read back
     with locked(out_path):
+        if not resume:
+            # emptied before the new run record is written: a run that died between the two
+            # left the old predictions under the new record, for a --resume to keep as its own
+            out_path.write_bytes(b"")
         # the run record first: recover cuts off what it takes for incomplete groups before it
         # returns (with the same ids over another input, every group), and a refused resume
         # must leave the file as it was; recover's own refusals still cover files from before
