@@ -17,6 +17,7 @@ from apps.contracts.generator import generate_groups  # noqa: E402
 from apps.contracts.splits import TEST  # noqa: E402
 from decision import load_model  # noqa: E402
 from decision.errors import DecisionError  # noqa: E402
+from decision.evaluate import warn_unless_test  # noqa: E402
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
@@ -43,8 +44,12 @@ def parser(description: str, threads: int = 2) -> argparse.ArgumentParser:
 
 def model_and_groups(args: argparse.Namespace,
                      qtypes: Collection[str] | None = None) -> tuple[Any, list[Any]]:
-    """The model (torch threads set) and the groups, only those asking one of ``qtypes``."""
+    """The model (torch threads set) and the groups, only those asking one of ``qtypes``.
+
+    Warns, as ``decision eval`` does, where the seeds are not all TEST seeds: the scripts print
+    their numbers as those of held-out TEST groups."""
     torch.set_num_threads(args.threads)
+    warn_unless_test(args.seed_start, args.groups)
     try:  # a missing checkpoint: one line, not a traceback
         model = load_model(args.model)
     except DecisionError as exc:

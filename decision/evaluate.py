@@ -49,6 +49,22 @@ def _same(value: Any, gold: Any) -> bool:
     return type(value) is type(gold) and value == gold
 
 
+def warn_unless_test(seed_start: int, groups: int) -> None:
+    """Warn on stderr unless the ``groups`` seeds from ``seed_start`` are all TEST seeds
+    (apps/contracts/splits.py): reported numbers come from TEST, never from the TRAIN seeds a
+    model learnt from nor the VALIDATION seeds that select models. ``decision eval`` and the
+    benchmarks that decode held-out groups (benchmarks/heldout.py) say it alike."""
+    from apps.contracts.splits import TEST, split_of
+
+    last = seed_start + groups - 1
+    if not (seed_start in TEST and last in TEST):  # TEST is one range: both ends in it, all are
+        # VALIDATION seeds select models and are no reported number either (only TRAIN warned)
+        splits = {split_of(s) for s in (seed_start, last)}
+        print(f"warning: seeds {seed_start} to {last} are not all TEST seeds (here: "
+              f"{', '.join(sorted(s or 'none' for s in splits))}); reported numbers use TEST "
+              f"seeds, {TEST.start} to {TEST.stop - 1}", file=sys.stderr)
+
+
 def evaluate_groups(
     model: Any,
     groups: Sequence[Any],
@@ -153,17 +169,17 @@ def _evaluate(model_dir: str | None, seed_start: int, groups: int, level: int,
     import torch
 
     from apps.contracts.generator import generate_groups
-    from apps.contracts.splits import TEST, split_of
+    from apps.contracts.splits import split_of
     from decision.metrics import strict_json, summarize
     from decision.model import load_model
+    from decision.model.checkpoint import weights_fingerprint
 
     last = seed_start + groups - 1
     splits = {split_of(s) for s in (seed_start, last)}
-    if not (seed_start in TEST and last in TEST):  # TEST is one range: both ends in it, all are
-        # VALIDATION seeds select models and are no reported number either (only TRAIN warned)
-        print(f"warning: seeds {seed_start} to {last} are not all TEST seeds (here: "
-              f"{', '.join(sorted(s or 'none' for s in splits))}); reported numbers use TEST "
-              f"seeds, {TEST.start} to {TEST.stop - 1}", file=sys.stderr)
+    warn_unless_test(seed_start, groups)
+    # the fingerprint `decision score` records, of the weights as stored (bf16 for the shipped
+    # models): taken before they are widened to float32 for evaluation
+    fingerprint = weights_fingerprint(load_model(model_dir))
     model = load_model(model_dir, dtype=torch.float32)
     data = list(generate_groups(seed_start, groups, level))
 
@@ -177,6 +193,7 @@ def _evaluate(model_dir: str | None, seed_start: int, groups: int, level: int,
     result["setup"] = {
         "task": "contracts", "seed_start": seed_start, "groups": groups, "level": level,
         "splits": sorted(s or "none" for s in splits), "model": model_dir or "models/default",
+        "model_fingerprint": fingerprint,
         "batch_size": batch_size, "questions": len(records) // len(MODES),
         "threads": torch.get_num_threads(), "min_scope": min_scope,
         "commit": commit, "score_options": score_options,

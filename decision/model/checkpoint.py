@@ -9,6 +9,7 @@ per-expert ``mlp.experts.J.{gate,up,down}_proj.weight`` or packed ``mlp.experts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -592,6 +593,18 @@ def _check_tokenizer(directory: Path, tokenizer: Any, vocab_size: int) -> None:
             f"{directory}: tokenizer.json has token id {largest} but config.json vocab_size "
             f"is {vocab_size} (a tokenizer of another model?)"
         )
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """SHA-256 of a model's weights (names, dtypes, shapes and bytes): two models give the same
+    answers where it is the same. ``decision score`` records it (``--resume`` checks it) and
+    ``decision eval`` too, of the weights as loaded in the checkpoint's own dtype."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def check_decoding_tokenizer(directory: str | Path, tokenizer: Any) -> None:

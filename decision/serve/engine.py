@@ -9,7 +9,6 @@ of prepared requests in one ``DecisionModel.decide_many`` call.
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -68,16 +67,11 @@ class ModelEngine:
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        """SHA-256 of the model's weights (names, dtypes, shapes and bytes): two engines give
-        the same answers where it is the same (``decision score --resume`` checks it)."""
-        import torch
+        """SHA-256 of the model's weights (``weights_fingerprint``): two engines give the same
+        answers where it is the same (``decision score --resume`` checks it)."""
+        from decision.model.checkpoint import weights_fingerprint
 
-        digest = hashlib.sha256()
-        for name, tensor in sorted(self.model.state_dict().items()):
-            flat = tensor.detach().cpu().contiguous().reshape(-1)
-            digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
-            digest.update(flat.view(torch.uint8).numpy().tobytes())
-        return digest.hexdigest()
+        return weights_fingerprint(self.model)
 
     @property
     def device(self) -> str:
