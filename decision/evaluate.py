@@ -177,9 +177,6 @@ def _evaluate(model_dir: str | None, seed_start: int, groups: int, level: int,
     last = seed_start + groups - 1
     splits = {split_of(s) for s in (seed_start, last)}
     warn_unless_test(seed_start, groups)
-    # the fingerprint `decision score` records, of the weights as stored (bf16 for the shipped
-    # models): taken before they are widened to float32 for evaluation
-    fingerprint = weights_fingerprint(load_model(model_dir))
     model = load_model(model_dir, dtype=torch.float32)
     data = list(generate_groups(seed_start, groups, level))
 
@@ -193,7 +190,7 @@ def _evaluate(model_dir: str | None, seed_start: int, groups: int, level: int,
     result["setup"] = {
         "task": "contracts", "seed_start": seed_start, "groups": groups, "level": level,
         "splits": sorted(s or "none" for s in splits), "model": model_dir or "models/default",
-        "model_fingerprint": fingerprint,
+        "model_fingerprint": weights_fingerprint(model),
         "batch_size": batch_size, "questions": len(records) // len(MODES),
         "threads": torch.get_num_threads(), "min_scope": min_scope,
         "commit": commit, "score_options": score_options,

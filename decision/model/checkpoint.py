@@ -598,7 +598,8 @@ def _check_tokenizer(directory: Path, tokenizer: Any, vocab_size: int) -> None:
 def weights_fingerprint(model: torch.nn.Module) -> str:
     """SHA-256 of a model's weights (names, dtypes, shapes and bytes): two models give the same
     answers where it is the same. ``decision score`` records it (``--resume`` checks it) and
-    ``decision eval`` too, of the weights as loaded in the checkpoint's own dtype."""
+    ``decision eval`` too. Of the weights as loaded: on a CPU a bf16 checkpoint is upcast to
+    float32 (``dtype="auto"``), as eval loads it, so the two agree there."""
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         flat = tensor.detach().cpu().contiguous().reshape(-1)
