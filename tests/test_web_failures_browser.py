@@ -133,3 +133,35 @@ def test_a_conflict_that_leaves_the_model_to_move_lets_it_play(server: str, brow
     assert "changed in another tab" in page.inner_text("#error")
     assert not errors, errors
     page.close()
+
+
+@pytest.mark.parametrize("lands", ["before the page reads the game again", "while followed"])
+def test_a_busy_games_change_that_leaves_the_model_to_move_lets_it_play(
+        server: str, browser: Any, lands: str) -> None:
+    """A move answered 409 game_busy (another tab's request holds the game): when the change
+    that request made was a move leaving the model to move, the board showed "model's turn" and
+    stopped there (and, had the change landed before the page read the game again, waited two
+    minutes for a further one that never came)."""
+    page, errors = _open(browser, server)
+    game = page.evaluate("state.id")
+
+    def busy(route: Any) -> None:
+        if lands != "while followed":
+            _api(server, f"/{game}/moves", {"move": "h2e2"})  # the other tab's move lands
+        route.fulfill(status=409, content_type="application/json", body=json.dumps(
+            {"error": {"type": "game_busy", "message": "another request is changing this game",
+                       "field": None, "request_id": "x"}}))
+
+    page.route("**/moves", busy)
+    _click(page, "b2")
+    _click(page, "e2")
+    if lands == "while followed":
+        page.wait_for_function("watching && !busy", timeout=10_000)
+        _api(server, f"/{game}/moves", {"move": "h2e2"})
+    page.wait_for_function("state.moves.length === 2 && !busy && !watching", timeout=15_000)
+    assert page.evaluate("state.moves[0].iccs") == "h2e2"
+    assert page.evaluate("state.moves[1].by") == "model"
+    assert page.inner_text("#status") == "Red to move · your move"
+    assert page.is_hidden("#error")
+    assert not errors, errors
+    page.close()

@@ -436,12 +436,14 @@ async function runNow(task, keepError) {
         showError(`${err.message} (the game has changed on the server all the same: it is ` +
           "shown as it is now)");
       }
-      // as on a reload: the model plays now (a game_busy is followed instead, below)
-      askAfter = changed && err.type !== "game_busy" && state.model_to_move;
+      // as on a reload: the model plays now if the game read again leaves it to move
+      askAfter = changed && state.model_to_move && !state.over;
       if (err.type === "conflict" && reread) {
         // the API's advice is to reload: this page has read the game again already
         showError("This game was changed in another tab or window; it is shown here as it is " +
           "now.");
+      } else if (err.type === "game_busy" && changed) {
+        showError(""); // the other request has ended already: its change is shown
       } else if (err.type === "game_busy") {
         // the API's advice is to reload; this page reads the game again by itself
         showError("Another request is changing this game; it is shown here once it has.");
@@ -500,6 +502,8 @@ async function watch(mine, id, version, clear) {
       selected = null; // a piece picked in the old position must not move in the new one
       if (clear) showError("");
       render();
+      // the change (another tab's move) leaves the model to move: it plays, as on a reload
+      if (state.model_to_move && !state.over) setTimeout(() => run(modelReplyIfDue));
       return;
     }
   }
