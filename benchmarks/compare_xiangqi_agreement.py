@@ -15,6 +15,13 @@ The two files of a pair must score the same positions in the same order with the
 key, saved since 2026-12-07) where both files have it, else (ply, gold, seen). A sample given
 twice (the same positions as an earlier pair) is refused, since pooling would count it twice.
 A subset with no positions (e.g. none unseen) prints "no positions".
+
+Before a pair's rows it names the two models and their weights' fingerprints (the ``setup`` that
+``evaluate --out`` records), and says in a ``note:`` line what else differs between the two
+setups (decoder, search depth, margin, pooling, games files, device; run settings such as threads
+apart): comparing decoders on purpose is fine, mixing a decoder change into a model comparison
+unseen is not. A file without a setup (written before evaluate recorded one) is said to be so
+(on stderr when neither file has one, the output otherwise as before).
 """
 
 from __future__ import annotations
@@ -29,13 +36,77 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from decision.metrics import paired_hits_difference  # noqa: E402
 
+# setup keys that are the model itself or how the command was spelt, not compared
+MODEL_KEYS = ("model", "model_fingerprint", "argv")
+# how fast a run went rather than what it answered: said apart
+RUN_SETTINGS = ("threads", "batch_size", "concurrency")
 
-def _results(path: Path) -> list[dict[str, Any]]:
-    results = json.loads(path.read_text()).get("results")
-    if not results:
+
+def _document(path: Path) -> dict[str, Any]:
+    document = json.loads(path.read_text())
+    if not isinstance(document, dict) or not document.get("results"):
         raise SystemExit(f"{path}: no per-position results (written by evaluate agreement --out "
                          "since 2026-12-02)")
-    return results
+    return document
+
+
+_ABSENT = object()
+
+
+def _show(value: Any) -> str:
+    return "absent" if value is _ABSENT else json.dumps(value)
+
+
+def setup_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What differs between two setups besides the model: ``KEY A_VALUE in A, B_VALUE in B``,
+    the run settings last under one ``run settings:``."""
+    keys = [k for k in [*a, *(k for k in b if k not in a)] if k not in MODEL_KEYS]
+    differ = [k for k in keys if a.get(k, _ABSENT) != b.get(k, _ABSENT)]
+    said = [f"{k} {_show(a.get(k, _ABSENT))} in A, {_show(b.get(k, _ABSENT))} in B"
+            for k in differ]
+    main = [x for k, x in zip(differ, said, strict=True) if k not in RUN_SETTINGS]
+    run = [x for k, x in zip(differ, said, strict=True) if k in RUN_SETTINGS]
+    return main + ([f"run settings: {'; '.join(run)}"] if run else [])
+
+
+def setup_lines(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]:
+    """The two models with their weights' fingerprints and, where the setups differ besides the
+    model (or the weights are the same), a ``note:`` saying so."""
+    lines = []
+    for side, setup in (("A", a), ("B", b)):
+        if setup is None:
+            lines.append(f"{side}: no setup recorded (written before its setup was)")
+        else:
+            lines.append(f"{side}: model {setup.get('model')}, weights "
+                         f"{setup.get('model_fingerprint') or 'not recorded'}")
+    if a is None or b is None:
+        return lines
+    differ = setup_differences(a, b)
+    fingerprint = a.get("model_fingerprint")
+    if fingerprint and fingerprint == b.get("model_fingerprint"):
+        lines.append("note: A and B have the same weights; "
+                     + (f"the setups differ: {'; '.join(differ)}" if differ
+                        else "the setups are the same too"))
+    elif differ:
+        lines.append(f"note: the setups differ besides the model: {'; '.join(differ)}")
+    return lines
+
+
+def _print_setups(path_a: Path, path_b: Path, a: dict[str, Any], b: dict[str, Any]) -> None:
+    """The models and what else differs (:func:`setup_lines`); two files without a setup: a note
+    on stderr, and the players where their labels differ."""
+    setup_a, setup_b = a.get("setup"), b.get("setup")
+    if setup_a is None and setup_b is None:
+        print(f"note: {path_a} and {path_b} record no setup (written before evaluate recorded "
+              "one): their models and decoding options are not checked", file=sys.stderr)
+        lines = []
+    else:
+        lines = setup_lines(setup_a, setup_b)
+    if (setup_a is None or setup_b is None) and a.get("player") != b.get("player"):
+        lines.append(f"note: the players differ: {a.get('player')!r} in A, "
+                     f"{b.get('player')!r} in B")
+    for line in lines:
+        print(f"{line.split(': ', 1)[0]:>17}: {line.split(': ', 1)[1]}")
 
 
 def _identity(rows: list[dict[str, Any]], with_key: bool) -> list[tuple[Any, ...]]:
@@ -82,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.files) % 2:
         parser.error("give the files in pairs: A.json B.json [A2.json B2.json ...]")
     pairs: list[tuple[Path, Path, list[dict[str, Any]], list[dict[str, Any]]]] = []
+    documents: list[tuple[dict[str, Any], dict[str, Any]]] = []
     seen_files: list[tuple[Path, Path]] = []
     seen_samples: list[list[tuple[Any, ...]]] = []
     for path_a, path_b in zip(args.files[::2], args.files[1::2], strict=True):
@@ -89,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         if files in seen_files:
             raise SystemExit(f"{path_a} {path_b}: the same pair of files is given twice "
                              "(pooling would count its positions twice)")
-        a, b = _results(path_a), _results(path_b)
+        doc_a, doc_b = _document(path_a), _document(path_b)
+        a, b = doc_a["results"], doc_b["results"]
         sample = [x[-3:] for x in _check_pair(path_a, path_b, a, b)]  # (ply, gold, seen)
         if sample in seen_samples:
             earlier_a, earlier_b, _, _ = pairs[seen_samples.index(sample)]
@@ -99,11 +172,13 @@ def main(argv: list[str] | None = None) -> int:
         seen_files.append(files)
         seen_samples.append(sample)
         pairs.append((path_a, path_b, a, b))
+        documents.append((doc_a, doc_b))
     pooled_a: list[dict[str, Any]] = []
     pooled_b: list[dict[str, Any]] = []
-    for path_a, path_b, a, b in pairs:
+    for (path_a, path_b, a, b), (doc_a, doc_b) in zip(pairs, documents, strict=True):
         if len(pairs) > 1:
             print(f"{path_a.name} -> {path_b.name}")
+        _print_setups(path_a, path_b, doc_a, doc_b)
         _print("all", a, b)
         pooled_a += a
         pooled_b += b

@@ -18,6 +18,10 @@ Both use the service's decision path (``decision.joint.engine``: the prompt ``po
 + ``move_question``, constrained ``choice`` decoding). For speed, concurrent decisions are batched
 with ``decide_many`` (:class:`BatchingModel`): each game runs in its own thread with its own
 ``ModelPlayer``, whose ``model.decide`` calls are gathered into one batch.
+
+The result (printed, and written with ``--out``) carries a ``setup`` block (:func:`run_setup`):
+the model directory and its weights' fingerprint, the games files and their SHA-256, the seed,
+the decoding options and the command line, so that a number can be traced to what made it.
 """
 
 from __future__ import annotations
@@ -187,6 +191,15 @@ def training_keys(games: Iterable[GameRecord]) -> set[int]:
     return keys
 
 
+def games_sha256(games_path: str | Path) -> str:
+    """The SHA-256 of a games file's bytes (what the keys cache and a result's ``setup`` record
+    of the games they came from)."""
+    try:
+        return hashlib.sha256(Path(games_path).read_bytes()).hexdigest()
+    except OSError as exc:  # as load_games says it
+        raise DecisionInputError(f"cannot read games file {games_path}: {exc}", "games") from None
+
+
 def cached_training_keys(games_path: str | Path, cache: str | Path | None) -> set[int]:
     """:func:`training_keys`, stored as a sorted uint64 ``.npy`` at ``cache`` once computed,
     with the SHA-256 of the games file beside it (``CACHE.source.json``): a cache of other games
@@ -195,10 +208,7 @@ def cached_training_keys(games_path: str | Path, cache: str | Path | None) -> se
 
     if cache is None:
         return training_keys(load_games(games_path))
-    try:
-        digest = hashlib.sha256(Path(games_path).read_bytes()).hexdigest()
-    except OSError as exc:  # as load_games says it
-        raise DecisionInputError(f"cannot read games file {games_path}: {exc}", "games") from None
+    digest = games_sha256(games_path)
     source = Path(f"{cache}.source.json")
     if Path(cache).is_file() and source.is_file():
         try:
@@ -582,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "average (apps/xiangqi/pooling.py; default: as is only; the "
                                   "served model alone pools from 20)")
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in the result's setup
     from decision.cli import exit_status  # the decision CLI's one mapping of errors to statuses
 
     return exit_status(lambda: _run(parser, args), "apps.xiangqi.evaluate: ", detail=True)
@@ -597,7 +608,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
     if args.command == "agreement" and args.baselines:  # no model needed
         baselines = {"baselines": baseline_agreement(load_games(args.valid_games),
-                                                     args.positions, args.seed)}
+                                                     args.positions, args.seed),
+                     "setup": run_setup(args)}
         print(json.dumps(baselines))
         _write_out(args.out, baselines)
         return 0
@@ -606,6 +618,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     pooling = None if args.pool_from_ply is None else SymmetryPooling(args.pool_from_ply)
     if pooling is not None and args.command == "agreement" and args.decoder != "score":
         parser.error("--pool-from-ply needs --decoder score (it averages option probabilities)")
+    setup = run_setup(args, model)
     if args.command == "agreement":
         sample = agreement_sample(load_games(args.valid_games), args.positions, args.seed)
         seen = cached_training_keys(args.train_games, args.keys_cache)
@@ -633,11 +646,49 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             raise
         finally:
             bar.close()
-    record = asdict(result)
-    summary = {k: v for k, v in record.items() if k != "results"}
+    summary = {k: v for k, v in asdict(result).items() if k != "results"}
+    summary["setup"] = setup
+    record = {**summary, "results": result.results}
     print(json.dumps(summary, indent=2))
     _write_out(args.out, record)
     return 0
+
+
+def run_setup(args: argparse.Namespace, model: Any = None) -> dict[str, Any]:
+    """What made a result (its ``setup`` block, printed and written with ``--out``): the model
+    directory as given and the fingerprint of its weights as loaded (``weights_fingerprint``;
+    both null where no model played: ``--baselines``), the games files with their SHA-256, the
+    seed and sizes, the decoding options and the command line. An option the run did not use
+    is null (``margin`` without a search; a baseline's decoder, search and pooling)."""
+    from decision.model.checkpoint import weights_fingerprint
+
+    played = model is not None
+    search = played and args.search_depth > 0
+    setup: dict[str, Any] = {
+        "command": args.command,
+        "model": args.model if played else None,
+        "model_fingerprint": weights_fingerprint(model) if played else None,
+        "device": args.device, "threads": torch.get_num_threads(), "seed": args.seed,
+    }
+    if args.command == "agreement":
+        setup.update({
+            "baselines": not played, "positions": args.positions,
+            "batch_size": args.batch_size if played else None,
+            "valid_games": args.valid_games, "valid_games_sha256": games_sha256(args.valid_games),
+            "train_games": args.train_games if played else None,
+            "train_games_sha256": games_sha256(args.train_games) if played else None,
+            "decoder": args.decoder if played else None,
+        })
+    else:
+        setup.update({"opponent": args.opponent, "games": args.games,
+                      "max_plies": args.max_plies, "concurrency": args.concurrency})
+    setup.update({
+        "search_depth": args.search_depth if played else None,
+        "margin": args.margin if search else None,
+        "pool_from_ply": args.pool_from_ply if played else None,
+        "argv": list(args.argv),
+    })
+    return setup
 
 
 def _write_out(out: str | None, record: dict[str, Any]) -> None:
