@@ -81,6 +81,8 @@ from decision.train.recipe import (
     begin_run,
     check_export_dest,
     check_num_segments,
+    export_error,
+    hold_run_dir,
     start_model,
 )
 
@@ -398,6 +400,13 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     if device is not None:
         cfg.run.device = check_device(device)
     check_input_files(xq)
+    with hold_run_dir(cfg.run.out_dir):  # until the run ends: one run a directory
+        return _train(cfg, xq, resume, max_minutes, max_steps, init_from)
+
+
+def _train(cfg: TrainConfig, xq: XiangqiSection, resume: bool, max_minutes: float | None,
+           max_steps: int | None, init_from: str | Path | None) -> TrainResult:
+    """:func:`train` with its run directory held (the recipe's ``hold_run_dir``)."""
     # the run's checks, before the games load (minutes for all of them)
     resume_from = begin_run(cfg, resume, max_minutes, max_steps)
     out = Path(cfg.run.out_dir)
@@ -471,9 +480,12 @@ def export(checkpoint: str | Path, dest: str | Path) -> Path:
     # Written beside ``dest`` first, then moved in file by file (weights, tokenizer, config
     # last): an interrupted export no longer leaves ``dest`` without its model files.
     tmp = out.with_name(out.name + SCRATCH)
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save(tmp)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        model.save(tmp)
+    except Exception as exc:  # a full disk, an I/O error: dest keeps its files
+        raise export_error(out, tmp, checkpoint, exc, "--export-only") from exc
     new = sorted(tmp.iterdir(), key=lambda f: (f.name == "config.json", f.name))
     for old in list(out.glob("*.safetensors")) + [out / f for f in (INDEX_NAME, *MODEL_FILES)]:
         if old.is_file() and not (tmp / old.name).exists():

@@ -402,24 +402,41 @@ def save_checkpoint(
     its train_config.json holds ``cfg`` and the task's own ``sections`` (LoopHooks.sections)."""
     final = out_dir / CHECKPOINT_DIR
     tmp = out_dir / CHECKPOINT_TMP
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.save(tmp)
-    torch.save(
-        {
-            "step": step,
-            "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(),
-            "mask_generator": gen.get_state(),
-            "torch_rng": torch.get_rng_state(),
-            "elapsed_s": elapsed_s,
-            "evals": evals,
-        },
-        tmp / STATE_FILE,
-    )
-    (tmp / "train_config.json").write_text(json.dumps(saved_config(cfg, sections), indent=2))
-    _fsync_dir_files(tmp)  # on disk before the rename publishes it (a crash keeps whole files)
+    writing = tmp  # the model's files, then each file of ours: named when a write fails
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        model.save(tmp)
+        writing = tmp / STATE_FILE
+        # through a Python file: torch.save given a path, onto a full disk, raises "unexpected
+        # pos N vs M" without errno or file name
+        with writing.open("wb") as handle:
+            torch.save(
+                {
+                    "step": step,
+                    "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(),
+                    "mask_generator": gen.get_state(),
+                    "torch_rng": torch.get_rng_state(),
+                    "elapsed_s": elapsed_s,
+                    "evals": evals,
+                },
+                handle,
+            )
+        writing = tmp / "train_config.json"
+        writing.write_text(json.dumps(saved_config(cfg, sections), indent=2))
+        writing = tmp
+        _fsync_dir_files(tmp)  # on disk before the rename publishes it (a crash keeps whole files)
+    except Exception as exc:  # a full disk, an I/O error: the last checkpoint stays as it was
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written left, holding the space
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        kept = (f"the last complete checkpoint {final} is kept" if final.is_dir()
+                else "the run has no checkpoint yet")
+        raise TrainingError(
+            f"cannot write the checkpoint of step {step}: {writing}: {reason}; {kept}; the "
+            "run stopped: once the disk is fixed (space freed), continue with --resume"
+        ) from exc
     old = out_dir / CHECKPOINT_OLD
     if final.exists():
         if old.exists():

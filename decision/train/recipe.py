@@ -7,13 +7,16 @@ reads, plus ``trainer_state.pt`` and ``train_config.json``), ``tokenizer.json`` 
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import re
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from decision.errors import CheckpointError, DecisionInputError
+from decision.errors import CheckpointError, DecisionInputError, TrainingError
 from decision.files import write_whole
 from decision.tokenizer import MAX_QUESTIONS, special_ids, train_tokenizer
 from decision.train.config import TrainConfig, check_max_steps, check_minutes
@@ -179,6 +182,49 @@ def check_out_dir(out_dir: str) -> None:
                                  "run.out_dir")
 
 
+@contextlib.contextmanager
+def hold_run_dir(out_dir: str) -> Iterator[None]:
+    """Hold the run directory ``out_dir`` (made if needed) for the ``with`` block: an exclusive
+    ``flock`` on the directory itself, which the OS drops when the process ends however it ends
+    (SIGKILL included), so nothing is left to clean up. A second run started into the same
+    directory (fresh or ``--resume``) while one holds it is refused: both passed the checks of
+    :func:`resume_point` before either wrote a file, then wrote each other's
+    ``checkpoint.tmp``. A fresh directory this call made is removed again when the block fails
+    before anything was written into it. Where the file system has no locks, runs are not
+    guarded."""
+    check_out_dir(out_dir)
+    out = Path(out_dir)
+    made = [p for p in (out, *out.absolute().parents) if not p.exists()]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # what check_out_dir cannot tell (a read-only or virtual file system)
+        raise DecisionInputError(f"cannot make the run directory {out}: {exc.strerror or exc}",
+                                 "run.out_dir") from None
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                log(f"warning: cannot lock the run directory {out} ({exc.strerror}): a second "
+                    "run started into it would not be refused")
+            else:
+                raise DecisionInputError(
+                    f"run directory {out} is in use by another training run (started into the "
+                    "same directory, still running): wait for it to end, or give another "
+                    "--out-dir", "run.out_dir",
+                ) from None
+        try:
+            yield
+        except BaseException:
+            for path in made:  # innermost first; only what is still empty
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+            raise
+    finally:
+        os.close(fd)  # drops the lock
+
+
 def resume_point(out: Path, resume: bool) -> Path | None:
     """The checkpoint of ``out`` that ``--resume`` continues, or None for a fresh run, checked
     before anything is loaded or written: ``--resume`` over a checkpoint without trainer state
@@ -302,6 +348,13 @@ def train(
     check_focus_qtypes(cfg)  # the config's task-specific checks, before any file is written
     check_val_groups(cfg)
     check_num_segments(cfg, MAX_QUESTIONS)  # a contract group asks up to MAX_QUESTIONS
+    with hold_run_dir(cfg.run.out_dir):  # until the run ends: one run a directory
+        return _train(cfg, resume, max_minutes, max_steps, init_from)
+
+
+def _train(cfg: TrainConfig, resume: bool, max_minutes: float | None, max_steps: int | None,
+           init_from: str | Path | None) -> TrainResult:
+    """:func:`train` with its run directory held."""
     resume_from = begin_run(cfg, resume, max_minutes, max_steps)
     if resume_from is None and init_from is None:  # a tokenizer is trained: on TRAIN groups
         check_tokenizer_seeds(cfg)
@@ -410,6 +463,20 @@ def _not_model_files(path: Path) -> str | None:
     return None
 
 
+def export_error(dest: Path, scratch: Path, checkpoint: str | Path, exc: Exception,
+                 again: str) -> TrainingError:
+    """The one-line error of an export whose files could not be written (``exc``, e.g. a full
+    disk) into ``scratch``, which is removed: ``dest`` is as it was, the checkpoint whole, and
+    ``again`` says how to export it once more."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return TrainingError(
+        f"cannot export to {dest}: writing {scratch}: {reason}; {dest} is as it was and the "
+        f"checkpoint {checkpoint} is whole: once the disk is fixed (space freed), export it "
+        f"again ({again})"
+    )
+
+
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     """Write the checkpoint's model in bf16 (config.json, safetensors, tokenizer.json) only.
 
@@ -423,10 +490,14 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     # Written beside ``dest`` and swapped in: an interrupted export leaves the previous one whole.
     tmp = dest.with_name(dest.name + EXPORT_TMP)
     old = dest.with_name(dest.name + EXPORT_OLD)
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.save(tmp)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        model.save(tmp)
+    except Exception as exc:  # a full disk, an I/O error
+        raise export_error(dest, tmp, checkpoint, exc,
+                           "decision.train.recipe.export_checkpoint") from exc
     if dest.exists():
         if old.exists():
             shutil.rmtree(old)

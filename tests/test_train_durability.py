@@ -1,0 +1,279 @@
+"""Training runs when the process dies hard or the disk misbehaves: two runs started into one
+run directory, a checkpoint that cannot be written (full disk, I/O error)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from decision.errors import DecisionInputError
+from decision.train.config import config_from_dict
+from decision.train.recipe import train
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "configs" / "tiny.json"
+
+
+def tiny_raw(out_dir: Path, **run: object) -> dict[str, object]:
+    raw = json.loads(TINY.read_text())
+    raw["run"].update({"out_dir": str(out_dir), "eval_every": 10_000, **run})
+    return raw
+
+
+# A run of ``decision train`` in another process that stops, alive, at one point: after it has
+# taken its directory and is training its tokenizer ("tokenizer"), or after its first checkpoint
+# ("checkpoint"); it touches READY there and waits to be killed.
+PAUSED_RUN = """
+import sys, time
+from pathlib import Path
+import decision.train.loop as loop
+import decision.train.recipe as recipe
+where, ready = sys.argv[1], Path(sys.argv[2])
+
+def pause():
+    ready.touch()
+    time.sleep(600)
+
+if where == "tokenizer":
+    recipe.build_tokenizer = lambda cfg: pause()
+else:
+    save = loop.save_checkpoint
+    def save_then_pause(*args, **kwargs):
+        save(*args, **kwargs)
+        pause()
+    loop.save_checkpoint = save_then_pause
+from decision.train.cli import main
+raise SystemExit(main(sys.argv[3:]))
+"""
+
+
+def start_paused_run(tmp_path: Path, where: str, *args: str) -> subprocess.Popen[bytes]:
+    ready = tmp_path / f"ready-{where}"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSED_RUN, where, str(ready), *args],
+        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    for _ in range(1200):  # up to 2 minutes on a loaded machine; normally a few seconds
+        if ready.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    if not ready.exists():
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the paused run did not reach {where}: {err.decode()[-2000:]}")
+    return proc
+
+
+def kill_hard(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+
+
+def test_a_second_fresh_run_into_a_directory_another_run_holds_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Two runs started into one --out-dir at once both passed the check that refuses a
+    directory holding a run (neither had written anything yet): they then wrote each other's
+    checkpoint.tmp (one died with a traceback, or a checkpoint held one run's weights and the
+    other's optimiser) and each validation twice into evals.jsonl."""
+    out = tmp_path / "run"
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_raw(out)))
+    first = start_paused_run(tmp_path, "tokenizer", "--config", str(config), "--max-steps", "2")
+    try:
+        with pytest.raises(DecisionInputError, match="in use by another training run"):
+            train(config_from_dict(tiny_raw(out)), max_steps=1)
+        assert list(out.iterdir()) == []  # nothing of the second run
+    finally:
+        kill_hard(first)
+    # the first run died (SIGKILL): the directory is free again, nothing to clean up
+    result = train(config_from_dict(tiny_raw(out)), max_steps=1)
+    assert result.loop.step == 1
+
+
+def test_a_resume_while_the_run_still_trains_is_refused_and_a_kill_frees_it(
+    tmp_path: Path,
+) -> None:
+    """--resume into a directory whose run was still training loaded its checkpoint and trained
+    on beside it: two processes then swapped checkpoints in the same directory."""
+    from decision.train.loop import load_trainer_state
+
+    out = tmp_path / "run"
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_raw(out, checkpoint_minutes=0.0)))  # every step
+    first = start_paused_run(tmp_path, "checkpoint", "--config", str(config),
+                             "--max-steps", "50")
+    try:
+        assert load_trainer_state(out / "checkpoint")["step"] == 1
+        with pytest.raises(DecisionInputError, match="in use by another training run"):
+            train(config_from_dict(tiny_raw(out)), resume=True, max_steps=3)
+        assert load_trainer_state(out / "checkpoint")["step"] == 1  # not touched
+    finally:
+        kill_hard(first)  # SIGKILL, as a crash or the OOM killer would
+    resumed = train(config_from_dict(tiny_raw(out)), resume=True, max_steps=3)
+    assert resumed.loop.step == 3 and len(resumed.loop.losses) == 2  # from the checkpoint
+
+
+def test_a_run_directory_held_in_this_process_is_refused_too(tmp_path: Path) -> None:
+    """The lock is the directory's: another run of this process is refused as well, and a
+    refused fresh run leaves no directory behind."""
+    from decision.train.recipe import hold_run_dir
+
+    out = tmp_path / "run"
+    with hold_run_dir(str(out)):
+        with pytest.raises(DecisionInputError, match="in use by another training run"):
+            train(config_from_dict(tiny_raw(out)), max_steps=1)
+    assert list(out.iterdir()) == []
+    with pytest.raises(RuntimeError), hold_run_dir(str(tmp_path / "never")):
+        raise RuntimeError("a run that failed before it wrote anything")
+    assert not (tmp_path / "never").exists()
+
+
+def run_cli(*args: str) -> int:
+    from decision.train.cli import main
+
+    return main(list(args))
+
+
+def enospc_in_torch_save(*args: object, **kwargs: object) -> None:
+    # what torch.save raises when the disk fills up under it (no errno, no file name)
+    raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 135232 vs "
+                       "135120")
+
+
+def eio_in_model_save(self: object, path: object, max_shard_size: object = None) -> None:
+    Path(str(path)).mkdir(parents=True, exist_ok=True)
+    (Path(str(path)) / "model.safetensors.part").write_bytes(b"\0" * 100)
+    raise OSError(errno.EIO, "Input/output error")
+
+
+@pytest.mark.parametrize("failure", ["torch_save", "model_save"])
+def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_last_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    failure: str,
+) -> None:
+    """A full disk while the trainer state was written ended the run with torch's traceback
+    ("unexpected pos 135232 vs 135120": no file, no errno), an I/O error while the weights were
+    written with a traceback too; the half-written checkpoint.tmp stayed, holding the space."""
+    from decision.model import DecisionModel, load_model
+    from decision.train.loop import load_trainer_state
+
+    out = tmp_path / "run"
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_raw(out)))
+    assert run_cli("--config", str(config), "--max-steps", "2") == 0
+    ckpt = out / "checkpoint"
+    weights = (ckpt / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    if failure == "torch_save":
+        monkeypatch.setattr(torch, "save", enospc_in_torch_save)
+        names = "trainer_state.pt"
+    else:
+        monkeypatch.setattr(DecisionModel, "save", eio_in_model_save)
+        names = "Input/output error"
+    status = run_cli("--config", str(config), "--resume", "--max-steps", "4",
+                     "--export", str(tmp_path / "export"))
+    monkeypatch.undo()
+    assert status == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]  # after the run's progress lines
+    assert line.startswith("error: cannot write the checkpoint of step 4: ")
+    assert names in line and str(out / "checkpoint.tmp") in line
+    assert f"{ckpt} is kept" in line and "--resume" in line
+    # the last complete checkpoint stands, and nothing half-written beside it
+    assert not (out / "checkpoint.tmp").exists()
+    assert load_trainer_state(ckpt)["step"] == 2
+    assert (ckpt / "model.safetensors").read_bytes() == weights
+    load_model(ckpt)
+    assert not (tmp_path / "export").exists()
+    # once the disk has room again, --resume goes on from it
+    assert run_cli("--config", str(config), "--resume", "--max-steps", "3") == 0
+    assert load_trainer_state(ckpt)["step"] == 3
+
+
+def test_an_export_that_cannot_be_written_is_one_line_and_keeps_the_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A full disk during --export (after the run's last checkpoint) ended the command with
+    safetensors' traceback, and an empty DEST.tmp stayed beside DEST."""
+    from decision.model import DecisionModel
+    from decision.train.loop import load_trainer_state
+
+    out, dest = tmp_path / "run", tmp_path / "export"
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_raw(out)))
+    save = DecisionModel.save
+
+    def full_disk_in_export(self: DecisionModel, path: object, max_shard_size: object = None
+                            ) -> None:
+        if Path(str(path)).name == "export.tmp":
+            eio_in_model_save(self, path)  # the I/O error
+        save(self, path, max_shard_size)
+
+    monkeypatch.setattr(DecisionModel, "save", full_disk_in_export)
+    assert run_cli("--config", str(config), "--max-steps", "2", "--export", str(dest)) == 1
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"error: cannot export to {dest}: writing {dest}.tmp: Input/output")
+    assert f"checkpoint {out / 'checkpoint'} is whole" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "tiny.json"]
+    assert load_trainer_state(out / "checkpoint")["step"] == 2
+
+
+def test_the_xiangqi_player_export_that_cannot_be_written_keeps_dest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from apps.xiangqi.train_player import export
+    from decision.errors import TrainingError
+    from decision.model import DecisionModel
+
+    out = tmp_path / "run"
+    train(config_from_dict(tiny_raw(out)), max_steps=1)
+    dest = tmp_path / "player"
+    dest.mkdir()
+    (dest / "README.md").write_text("model card")
+    monkeypatch.setattr(DecisionModel, "save", eio_in_model_save)
+    with pytest.raises(TrainingError, match=r"writing .*player\.export\.tmp: Input/output error"
+                                            r".* export it again \(--export-only\)"):
+        export(out / "checkpoint", dest)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["player", "run"]
+    assert [p.name for p in dest.iterdir()] == ["README.md"]
+
+
+def test_a_xiangqi_player_run_into_a_held_directory_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Xiangqi driver takes the run directory as decision train does."""
+    from apps.xiangqi.train_player import main
+    from decision.train.recipe import hold_run_dir
+
+    games = REPO.parent / "shared" / "data" / "xiangqi" / "valid-games.jsonl.gz"
+    if not games.is_file():
+        pytest.skip(f"no game data at {games}")
+    config = tmp_path / "player.json"
+    config.write_text(json.dumps({
+        "train": {"model": json.loads(TINY.read_text())["model"] | {"num_segments": 2},
+                  "run": {"out_dir": str(tmp_path / "run"), "max_steps": 1}},
+        "xiangqi": {"train_games": str(games), "valid_games": str(games),
+                    "train_positions": 8, "val_positions": 2, "tokenizer_positions": 30},
+    }))
+    with hold_run_dir(str(tmp_path / "run")):
+        assert main(["--config", str(config), "--resume"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == (f"error: run directory {tmp_path / 'run'} is in use by another training run "
+                    "(started into the same directory, still running): wait for it to end, or "
+                    "give another --out-dir")
+    assert list((tmp_path / "run").iterdir()) == []
