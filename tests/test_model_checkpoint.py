@@ -669,6 +669,39 @@ def test_a_save_that_fails_midway_keeps_the_checkpoint_there(
     assert not list(saved.glob("*.part")) and not (saved / "model.safetensors").exists()
 
 
+def test_every_saved_file_is_on_disk_before_it_is_moved_into_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The staged NAME.part files were renamed without being flushed: after a power loss (not a
+    kill) a renamed file can be empty, and an export or a shipped model with it. Each part is
+    fsynced before its rename, and the directory after the renames."""
+    import os
+
+    model = tiny_model(seed=6, random_block=True)
+    events: list[tuple[str, str]] = []
+    fsync, replace, open_ = os.fsync, os.replace, os.open
+    names: dict[int, str] = {}
+
+    def opened(path: object, *args: object, **kwargs: object) -> int:
+        fd = open_(path, *args, **kwargs)  # type: ignore[arg-type]
+        names[fd] = Path(str(path)).name
+        return fd
+
+    monkeypatch.setattr(os, "open", opened)
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", names.get(fd, "?"))),
+                                                 fsync(fd)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", Path(a).name)),
+                                                     replace(a, b)))
+    model.save(tmp_path / "m", max_shard_size="20KB")
+    monkeypatch.undo()
+    renamed = [name for kind, name in events if kind == "replace"]
+    assert len(renamed) >= 4  # shards, the index, config, tokenizer
+    for name in renamed:
+        assert events.index(("fsync", name)) < events.index(("replace", name)), name
+    assert events[-1] == ("fsync", "m")
+    assert _same_params(model, decision.load_model(tmp_path / "m"))
+
+
 def test_saving_onto_a_file_is_one_clear_error(model: torch.nn.Module, tmp_path: Path) -> None:
     (tmp_path / "taken").write_text("")
     for target in (tmp_path / "taken", tmp_path / "taken" / "ckpt"):

@@ -823,6 +823,8 @@ def save_checkpoint(
         stage("config.json").write_text(json.dumps(config, indent=2))
         if model.tokenizer is not None:
             model.tokenizer.save(str(stage("tokenizer.json")))
+        for part in staged.values():  # on disk before a rename publishes it: after a power
+            _fsync(part)              # loss a renamed file may otherwise be empty
     except BaseException:  # nothing of this save is left behind
         for part in staged.values():
             part.unlink(missing_ok=True)
@@ -834,12 +836,22 @@ def save_checkpoint(
         (directory / name).unlink(missing_ok=True)
     for name, part in staged.items():
         os.replace(part, directory / name)
+    _fsync(directory)  # the renames themselves
     for part in [*directory.glob("model*.safetensors.part"),  # a save killed outright (SIGKILL)
                  *(directory / (name + ".part") for name in _SAVED_FILES)]:
         part.unlink(missing_ok=True)
 
 
 _SAVED_FILES = (INDEX_NAME, "config.json", "tokenizer.json")
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's data, or a directory's entries, to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_safetensors(tensors: dict[str, torch.Tensor], file: Path) -> None:
