@@ -277,3 +277,18 @@ def test_a_xiangqi_player_run_into_a_held_directory_is_refused(
                     "(started into the same directory, still running): wait for it to end, or "
                     "give another --out-dir")
     assert list((tmp_path / "run").iterdir()) == []
+
+
+def test_a_torn_last_validation_record_is_dropped_on_resume(tmp_path: Path) -> None:
+    """A run killed (or out of disk) while appending to evals.jsonl left a torn last line, no
+    newline: the resumed run kept it and wrote its next record onto the same line, so the file
+    no longer read as JSON lines."""
+    from decision.train.recipe import trim_evals
+
+    path = tmp_path / "evals.jsonl"
+    path.write_text('{"step": 2, "loss": 1.0}\n{"step": 3, "val')
+    trim_evals(path, 10)
+    assert path.read_text() == '{"step": 2, "loss": 1.0}\n'
+    path.write_text('{"step": 2, "loss": 1.0}\nnot a record\n')  # a whole line is kept
+    trim_evals(path, 10)
+    assert path.read_text() == '{"step": 2, "loss": 1.0}\nnot a record\n'

@@ -305,10 +305,13 @@ def trim_evals(path: Path, step: int) -> None:
     """Drop the records of ``path`` (evals.jsonl) after ``step``, the checkpoint a run resumes
     from: a run killed after a validation but before its next checkpoint wrote them, and the
     resumed run validates those steps again (a second record for the step, or one of another
-    config's timeline). Lines that are not a record with a step are kept."""
+    config's timeline). Lines that are not a record with a step are kept, except a torn last
+    line (no newline: a run killed or out of disk while appending it), which the next record
+    would otherwise be written onto."""
     if not path.is_file():
         return
     lines = path.read_text().splitlines(keepends=True)
+    torn = bool(lines) and not lines[-1].endswith("\n")
 
     def later(line: str) -> bool:
         try:
@@ -318,11 +321,12 @@ def trim_evals(path: Path, step: int) -> None:
         return isinstance(record, dict) and isinstance(record.get("step"), int) \
             and record["step"] > step
 
-    kept = [line for line in lines if not later(line)]
+    kept = [line for line in lines[:len(lines) - torn] if not later(line)]
     if len(kept) < len(lines):
         write_whole({path: "".join(kept)})  # a kill meanwhile keeps the old file whole
-        log(f"{path}: dropped {len(lines) - len(kept)} record(s) after step {step}, the "
-            "checkpoint's step (validated again as the run resumes)")
+        later_records = len(lines) - torn - len(kept)
+        log(f"{path}: dropped {later_records} record(s) after step {step}, the checkpoint's "
+            "step (validated again as the run resumes)" + (" and a torn last line" if torn else ""))
 
 
 def train(
