@@ -98,6 +98,34 @@ def test_serve_refuses_an_empty_or_foreign_address_and_an_empty_model_before_loa
     assert err.startswith("decision serve: ") and says in err and err.count("\n") == 1
 
 
+def test_decide_reads_the_document_or_the_questions_from_standard_input(
+    tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--document -`` (a pipe: ``pdftotext x.pdf - | decision decide --document - ...``) was
+    "cannot read -: No such file or directory"."""
+    import io
+    import sys
+
+    document = "\ufeffThe tenant gave 20 days of notice; the lease requires 30 days."
+    questions = [{"id": "timely", "text": "Was notice timely?", "answer": {"type": "boolean"}}]
+    answers = []
+    for piped in ("document", "questions"):
+        files = {"document": tmp_path / "doc.txt", "questions": tmp_path / "q.json"}
+        files["document"].write_text(document)
+        files["questions"].write_text(json.dumps(questions))
+        text = document if piped == "document" else json.dumps(questions)
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+        args = {name: "-" if name == piped else str(path) for name, path in files.items()}
+        assert main(["decide", "--document", args["document"], "--questions",
+                     args["questions"], "--model", str(checkpoint)]) == 0
+        answers.append(json.loads(capsys.readouterr().out)["answers"])
+    assert answers[0] == answers[1]  # the same request either way (the BOM no part of it)
+    assert main(["decide", "--document", "-", "--questions", "-",
+                 "--model", str(checkpoint)]) == 2
+    assert "cannot both be '-'" in capsys.readouterr().err
+
+
 def test_decide_prints_the_json_answer(
     tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

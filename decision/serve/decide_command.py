@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ def register(subparsers: Any) -> None:
         "object with 'questions' and optionally 'mode' and 'options') about the document in "
         "FILE.",
     )
-    p.add_argument("--document", required=True, metavar="FILE", help="document text file")
-    p.add_argument("--questions", required=True, metavar="FILE.json", help="questions JSON")
+    p.add_argument("--document", required=True, metavar="FILE",
+                   help="document text file ('-': standard input)")
+    p.add_argument("--questions", required=True, metavar="FILE.json",
+                   help="questions JSON ('-': standard input)")
     p.add_argument("--mode", choices=["joint", "standalone", "auto"], default=None,
                    help="decoding mode (default: FILE.json's 'mode', else joint)")
     p.add_argument("--model", metavar="DIR", default=None,
@@ -37,18 +40,28 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _read_text(name: str) -> str:
+    """The UTF-8 text of file ``name``, or of standard input for ``-``; utf-8-sig: an editor's
+    byte-order mark is no part of the text (decision score and the contracts CSVs read theirs
+    the same way)."""
+    if name == "-":
+        return sys.stdin.buffer.read().decode("utf-8-sig")
+    return Path(name).read_text(encoding="utf-8-sig")
+
+
 def read_body(args: argparse.Namespace) -> Any:
     """The request body from the files and flags, validated like ``POST /decide``."""
     from decision.serve.api import parse_decide_body
 
+    if args.document == args.questions == "-":
+        raise DecisionInputError("--document and --questions cannot both be '-' (standard "
+                                 "input holds one of them)", "questions")
     try:
-        # utf-8-sig: an editor's byte-order mark is no part of the text (decision score and
-        # the contracts CSVs read theirs the same way)
-        document = Path(args.document).read_text(encoding="utf-8-sig")
+        document = _read_text(args.document)
     except (OSError, UnicodeDecodeError) as exc:
         raise DecisionInputError(f"cannot read {args.document}: {exc}", "document") from None
     try:
-        raw = json.loads(Path(args.questions).read_text(encoding="utf-8-sig"))
+        raw = json.loads(_read_text(args.questions))
     except (OSError, UnicodeDecodeError) as exc:
         raise DecisionInputError(f"cannot read {args.questions}: {exc}", "questions") from None
     except json.JSONDecodeError as exc:
