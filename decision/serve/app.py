@@ -52,6 +52,7 @@ _ERRORS = {
     for code, text in {
         400: "Malformed JSON.",
         403: "A write sent by a page of another site (Sec-Fetch-Site: cross-site).",
+        408: "The body was not received whole within the timeout.",
         413: "Body over the configured size.",
         415: "Body not sent as JSON (content-type: application/json).",
         422: "Invalid request; `error.field` names the field.",
@@ -228,7 +229,8 @@ def create_app(
         _mount_app_modules(app, APP_MODULES)
 
     app.add_middleware(CrossSiteWriteMiddleware)  # inside the outcome count: a 403 is "invalid"
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       timeout_s=settings.request_timeout_s)
     app.add_middleware(_OutcomeMiddleware, service=service)
     install_request_ids(app)  # outside every layer, so every answer (a crash's 500 too) has one
     return app

@@ -5,16 +5,18 @@ the one exception is a static file asked with a ``Range`` it cannot serve, which
 
 Status codes: 400 malformed JSON or no body, 403 a write sent by a page of another site
 (:mod:`decision.serve.cross_site`), 404/405 unknown route or method (a 405 names the
-allowed methods in its message and ``Allow`` header), 413 body over the
-limit, 415 a body not sent as JSON (content-type), 422 invalid request (the field is named),
-429 queue full, 503 model not loaded, shutting down, or too busy to compile a schema, 504 request
-outlived its timeout, 500 only for a fault of the service itself.
+allowed methods in its message and ``Allow`` header), 408 body not received within the timeout,
+413 body over the limit, 415 a body not sent as JSON (content-type), 422 invalid request (the
+field is named), 429 queue full, 503 model not loaded, shutting down, or too busy to compile a
+schema, 504 request outlived its timeout, 500 only for a fault of the service itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -156,7 +158,8 @@ def _http_error_response(exc: StarletteHTTPException, request: Request) -> JSONR
         if allowed:
             headers["Allow"] = ", ".join(allowed)
             message += f"; allowed: {', '.join(allowed)}"
-    kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+    kinds = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout",
+             413: "payload_too_large"}
     return error_response(
         exc.status_code, kinds.get(exc.status_code, "http_error"), message, headers=headers or None
     )
@@ -204,15 +207,22 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 class BodyLimitMiddleware:
-    """Answer 413 for a request body over ``max_bytes``, before any of it is parsed.
+    """Answer 413 for a request body over ``max_bytes``, before any of it is parsed, and 408 for
+    one not received whole within ``timeout_s`` of the request's start.
 
     Checks the declared ``Content-Length`` first, then counts the bytes actually received (a
-    chunked body has no length), so an oversized body is never read into memory whole.
+    chunked body has no length), so an oversized body is never read into memory whole. The time
+    limit is on the whole body, not on each read: without it a client that declared more than it
+    sent, trickled its body a byte at a time or never ended a chunked one was waited for as long
+    as it held the connection (``--timeout`` starts once the body is in, and uvicorn has no limit
+    of its own). The 408 closes the connection. Once the body is in, reads (a route's watch for
+    the client's disconnect) are passed on untimed.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     def _too_large(self) -> JSONResponse:
         return error_response(
@@ -237,14 +247,24 @@ class BodyLimitMiddleware:
 
         received = 0
         response_started = False
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        body_done = False
 
         async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done or deadline is None:
+                message = await receive()
+            else:
+                try:
+                    message = await asyncio.wait_for(
+                        receive(), max(0.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    raise _BodyTimedOut(self.timeout_s) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
                     raise _BodyTooLarge(self.max_bytes)
+                body_done = not message.get("more_body", False)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -258,6 +278,9 @@ class BodyLimitMiddleware:
         except _BodyTooLarge:
             if not response_started:
                 await self._too_large()(scope, receive, send)
+        except _BodyTimedOut as exc:
+            if not response_started:
+                await _http_error_response(exc, Request(scope))(scope, receive, send)
 
 
 class _BodyTooLarge(StarletteHTTPException):
@@ -265,3 +288,12 @@ class _BodyTooLarge(StarletteHTTPException):
 
     def __init__(self, max_bytes: int) -> None:
         super().__init__(413, f"request body is larger than the limit of {max_bytes} bytes")
+
+
+class _BodyTimedOut(StarletteHTTPException):
+    """Raised from ``receive`` when the body is not in by its deadline (as ``_BodyTooLarge``);
+    answered 408 ``request_timeout``, closing the connection: the rest of the body may come."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        super().__init__(408, f"the request body was not received within {timeout_s:g} s",
+                         headers={"Connection": "close"})
