@@ -351,3 +351,20 @@ def test_of_duplicate_keys_the_last_one_wins(served: tuple[str, int, _Engine, An
     r = httpx.post(f"{url}/decide", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 200, r.text
     assert engine.batches == [["last"]]
+
+
+def test_the_xiangqi_servers_body_has_the_same_time_limit(tmp_path: Any) -> None:
+    """``decision xiangqi serve`` (its own app) waited for a stalled body as the service did."""
+    from apps.xiangqi.api import create_app as xiangqi_app
+    from apps.xiangqi.players import RandomPlayer
+
+    app = xiangqi_app(tmp_path / "games.sqlite3", RandomPlayer(), body_timeout_s=TIMEOUT_S)
+    with running_server(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"POST /api/xiangqi/games HTTP/1.1\r\nhost: test\r\ncontent-type: "
+                         b"application/json\r\ncontent-length: 20\r\n\r\n{")
+            status, headers, body = _responses(_read_response(sock))[0]
+        assert status == 408 and headers["connection"] == "close"
+        assert json.loads(body)["error"]["type"] == "request_timeout"
+        assert httpx.post(f"{url}/api/xiangqi/games", json={}).status_code == 201

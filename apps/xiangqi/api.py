@@ -625,9 +625,11 @@ def create_app(
     player: Player | Callable[[], Player] | None = None,
     *,
     max_body_bytes: int = ServeSettings.max_body_bytes,
+    body_timeout_s: float = ServeSettings.request_timeout_s,
 ) -> FastAPI:
     """A FastAPI app with only the Xiangqi routes (tests, or ``decision xiangqi serve``); a
-    request body over ``max_body_bytes`` (the service's default) is a 413, as in the service."""
+    request body over ``max_body_bytes`` is a 413 and one not in within ``body_timeout_s`` a 408
+    (the service's defaults), as in the service."""
     app = FastAPI(title="Xiangqi against the decision model")
     # the service's JSON error shape for what the routes do not answer themselves: an unknown
     # path or method, an unexpected failure (a plain-text 500 before)
@@ -637,5 +639,5 @@ def create_app(
     app.mount(static_url, StaticFiles(directory=static_dir, html=True), name="xiangqi:static")
     configure(app, GameStore(db_path), player if player is not None else player_from_setting)
     app.add_middleware(CrossSiteWriteMiddleware)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
     return app
