@@ -702,6 +702,39 @@ def test_every_saved_file_is_on_disk_before_it_is_moved_into_place(
     assert _same_params(model, decision.load_model(tmp_path / "m"))
 
 
+@pytest.mark.parametrize("where", ["open", "fsync"])
+def test_a_directory_the_file_system_cannot_fsync_still_saves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Some file systems (network, FUSE) cannot open a directory to fsync it, or refuse the
+    fsync (EINVAL): the save, its files flushed and renamed into place, raised after the renames
+    (a training checkpoint was then removed as not written, the run stopped at its first one)."""
+    import errno
+    import os
+    import stat
+
+    model = tiny_model(seed=6, random_block=True)
+    fsync, open_ = os.fsync, os.open
+
+    def opening(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        if where == "open" and Path(str(path)).is_dir():
+            raise OSError(errno.EACCES, "Permission denied", str(path))
+        return open_(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    def syncing(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        fsync(fd)
+
+    monkeypatch.setattr(os, "open", opening)
+    monkeypatch.setattr(os, "fsync", syncing)
+    (tmp_path / "m").mkdir()
+    model.save(tmp_path / "m")
+    monkeypatch.undo()
+    assert _same_params(model, decision.load_model(tmp_path / "m"))
+    assert not list((tmp_path / "m").glob("*.part"))
+
+
 def test_saving_onto_a_file_is_one_clear_error(model: torch.nn.Module, tmp_path: Path) -> None:
     (tmp_path / "taken").write_text("")
     for target in (tmp_path / "taken", tmp_path / "taken" / "ckpt"):

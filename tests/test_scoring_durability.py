@@ -142,6 +142,40 @@ def test_a_write_the_disk_refuses_names_the_file_and_says_how_to_continue(
     assert [r.group_id for r in read_predictions(out)] == ["g0", "g1", "g2", "g3"]
 
 
+def test_a_file_system_without_locks_scores_unguarded_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``flock`` fails for want of locks, not for another run (ENOLCK with no lock daemon,
+    EOPNOTSUPP on some FUSE file systems; EBADF over NFS for the read-only descriptor the lock
+    was taken on), every run failed with a bare OSError traceback (``decision score``: no file
+    named, so re-raised): it goes on unguarded, saying so. The lock's descriptor is open for
+    writing, as NFS needs for an exclusive lock."""
+    import errno
+    import io
+
+    from decision.scoring import output
+
+    path, out = _csv(tmp_path / "in.csv", 3), tmp_path / "pred.csv"
+    modes: list[int] = []
+
+    def no_locks(fd: int, operation: int) -> None:
+        modes.append(os.O_ACCMODE & _flags(fd))
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(output.fcntl, "flock", no_locks)
+    stream = io.StringIO()
+    result = score_csv(path, out, _Engine(), show_progress=False, progress_stream=stream)
+    assert result.scored == 3
+    assert f"warning: cannot lock {out} (No locks available)" in stream.getvalue()
+    assert modes == [os.O_RDWR]
+
+
+def _flags(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_GETFL)
+
+
 def test_predictions_never_overwrite_the_input_through_a_hard_link(tmp_path: Path) -> None:
     """``--out`` a hard link of the input (another name, the same file) passed the check of
     the resolved paths, and ``--overwrite`` truncated the input it was scoring."""

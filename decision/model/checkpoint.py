@@ -836,7 +836,7 @@ def save_checkpoint(
         (directory / name).unlink(missing_ok=True)
     for name, part in staged.items():
         os.replace(part, directory / name)
-    _fsync(directory)  # the renames themselves
+    _fsync_dir(directory)  # the renames themselves
     for part in [*directory.glob("model*.safetensors.part"),  # a save killed outright (SIGKILL)
                  *(directory / (name + ".part") for name in _SAVED_FILES)]:
         part.unlink(missing_ok=True)
@@ -846,10 +846,27 @@ _SAVED_FILES = (INDEX_NAME, "config.json", "tokenizer.json")
 
 
 def _fsync(path: Path) -> None:
-    """Flush a file's data, or a directory's entries, to the disk."""
+    """Flush a file's data to the disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Flush a directory's entries (the renames) to the disk, where the file system allows it:
+    some (network and FUSE ones) cannot open a directory to fsync it or refuse the fsync
+    (EINVAL, EBADF), and the save, its files already in place and flushed, is not to fail
+    over it (as ``decision.train.loop._fsync_dir``)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
     finally:
         os.close(fd)
 

@@ -148,15 +148,20 @@ class PredictionWriter:
 
 
 @contextmanager
-def locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[str | None]:
     """Hold the predictions file (created empty if missing) locked for one run, or refuse it
     while another run holds it: two runs on one file (a ``--resume`` started while the first
     still ran) both wrote it, and it held groups twice or one run's rows over the other's. The
-    lock (``flock``) ends with the run, and with its process, however that dies."""
+    lock (``flock``) ends with the run, and with its process, however that dies. Yields None, or
+    the warning to show where the file system takes no lock (no lock daemon, some FUSE file
+    systems): the run goes on unguarded. Opened for writing, as the run writes it anyway: over
+    NFS ``flock`` is a lock of the server's, and an exclusive one needs a file open for
+    writing (else EBADF)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         raise DecisionInputError(f"{path}: cannot write: {exc.strerror}", "out") from None
+    warning = None
     try:
         if fcntl is not None and stat.S_ISREG(os.fstat(fd).st_mode):
             try:
@@ -165,7 +170,10 @@ def locked(path: Path) -> Iterator[None]:
                 raise DecisionInputError(
                     f"{path}: another run is writing it (a decision score on it has not ended); "
                     "wait for it to end, or choose another --out", "out") from None
-        yield
+            except OSError as exc:  # ENOLCK, EOPNOTSUPP...: no lock here, not another run
+                warning = (f"warning: cannot lock {path} ({exc.strerror}): a second run "
+                           "started on it would not be refused")
+        yield warning
     finally:
         os.close(fd)  # releases the lock
 

@@ -179,7 +179,9 @@ def score_csv(
     expected = {g.group_id: len(g.questions) * len(modes) for g in groups}
     questions = {g.group_id: {q.question.id for q in g.questions} for g in groups}
     # one run at a time on a predictions file: from the run record to the last row read back
-    with locked(out_path):
+    with locked(out_path) as unlocked:
+        if unlocked is not None:
+            print(unlocked, file=stream)
         if not resume:
             # emptied before the new run record is written: a run that died between the two
             # left the old predictions under the new record, for a --resume to keep as its own
