@@ -93,7 +93,7 @@ def test_a_second_fresh_run_into_a_directory_another_run_holds_is_refused(
     try:
         with pytest.raises(DecisionInputError, match="in use by another training run"):
             train(config_from_dict(tiny_raw(out)), max_steps=1)
-        assert list(out.iterdir()) == []  # nothing of the second run
+        assert [p.name for p in out.iterdir()] == [".run.lock"]  # nothing of the second run
     finally:
         kill_hard(first)
     # the first run died (SIGKILL): the directory is free again, nothing to clean up
@@ -133,7 +133,7 @@ def test_a_run_directory_held_in_this_process_is_refused_too(tmp_path: Path) -> 
     with hold_run_dir(str(out)):
         with pytest.raises(DecisionInputError, match="in use by another training run"):
             train(config_from_dict(tiny_raw(out)), max_steps=1)
-    assert list(out.iterdir()) == []
+    assert [p.name for p in out.iterdir()] == [".run.lock"]  # nothing of the refused run
     with pytest.raises(RuntimeError), hold_run_dir(str(tmp_path / "never")):
         raise RuntimeError("a run that failed before it wrote anything")
     assert not (tmp_path / "never").exists()
@@ -276,7 +276,7 @@ def test_a_xiangqi_player_run_into_a_held_directory_is_refused(
     assert line == (f"error: run directory {tmp_path / 'run'} is in use by another training run "
                     "(started into the same directory, still running): wait for it to end, or "
                     "give another --out-dir")
-    assert list((tmp_path / "run").iterdir()) == []
+    assert [p.name for p in (tmp_path / "run").iterdir()] == [".run.lock"]
 
 
 def test_a_torn_last_validation_record_is_dropped_on_resume(tmp_path: Path) -> None:
@@ -292,3 +292,27 @@ def test_a_torn_last_validation_record_is_dropped_on_resume(tmp_path: Path) -> N
     path.write_text('{"step": 2, "loss": 1.0}\nnot a record\n')  # a whole line is kept
     trim_evals(path, 10)
     assert path.read_text() == '{"step": 2, "loss": 1.0}\nnot a record\n'
+
+
+def test_the_run_lock_holds_where_flock_needs_a_file_open_for_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over NFS an exclusive flock on a descriptor open read-only fails (EBADF): the run
+    directory itself, the first lock, could only be opened so, and a second run into a
+    directory on NFS was never refused. The lock is a file in it, opened for writing."""
+    import fcntl
+
+    from decision.train.recipe import hold_run_dir
+
+    flock = fcntl.flock
+
+    def nfs_flock(fd: int, operation: int) -> None:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", nfs_flock)
+    out = tmp_path / "run"
+    with hold_run_dir(str(out)):
+        with pytest.raises(DecisionInputError, match="in use by another training run"):
+            train(config_from_dict(tiny_raw(out)), max_steps=1)

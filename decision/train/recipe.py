@@ -182,15 +182,20 @@ def check_out_dir(out_dir: str) -> None:
                                  "run.out_dir")
 
 
+RUN_LOCK = ".run.lock"  # the file hold_run_dir locks in a run directory
+
+
 @contextlib.contextmanager
 def hold_run_dir(out_dir: str) -> Iterator[None]:
     """Hold the run directory ``out_dir`` (made if needed) for the ``with`` block: an exclusive
-    ``flock`` on the directory itself, which the OS drops when the process ends however it ends
-    (SIGKILL included), so nothing is left to clean up. A second run started into the same
-    directory (fresh or ``--resume``) while one holds it is refused: both passed the checks of
-    :func:`resume_point` before either wrote a file, then wrote each other's
-    ``checkpoint.tmp``. A fresh directory this call made is removed again when the block fails
-    before anything was written into it. Where the file system has no locks, runs are not
+    ``flock`` on its lock file ``RUN_LOCK``, which the OS drops when the process ends however it
+    ends (SIGKILL included). A second run started into the same directory (fresh or ``--resume``)
+    while one holds it is refused: both passed the checks of :func:`resume_point` before either
+    wrote a file, then wrote each other's ``checkpoint.tmp``. The lock file is opened for
+    writing (over NFS an exclusive ``flock`` needs it: a directory, opened read-only, gave
+    EBADF) and stays (removing it would let a third run lock a new file beside a second that
+    holds the old). A fresh directory this call made is removed again when the block fails
+    before anything else was written into it. Where the file system has no locks, runs are not
     guarded."""
     check_out_dir(out_dir)
     out = Path(out_dir)
@@ -200,7 +205,12 @@ def hold_run_dir(out_dir: str) -> Iterator[None]:
     except OSError as exc:  # what check_out_dir cannot tell (a read-only or virtual file system)
         raise DecisionInputError(f"cannot make the run directory {out}: {exc.strerror or exc}",
                                  "run.out_dir") from None
-    fd = os.open(out, os.O_RDONLY)
+    lock = out / RUN_LOCK
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise DecisionInputError(f"cannot write in the run directory {out}: "
+                                 f"{exc.strerror or exc}", "run.out_dir") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -217,6 +227,8 @@ def hold_run_dir(out_dir: str) -> Iterator[None]:
         try:
             yield
         except BaseException:
+            if made:  # a directory of this run alone: its lock file goes with it
+                lock.unlink(missing_ok=True)
             for path in made:  # innermost first; only what is still empty
                 with contextlib.suppress(OSError):
                     path.rmdir()
