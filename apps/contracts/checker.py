@@ -331,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     one line naming it (the group and question), as the other contracts CLIs do.
     """
     from apps.contracts.csv_format import read_groups
+    from decision.scoring.gold import same_value
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv", help="batch-scoring CSV with gold answers")
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 total += 1
                 got = answer(parsed, classify_question(q.text))
-                if got != q.gold:
+                if not same_value(got, q.gold):  # != took a gold 0 or 1 for False or True
                     bad += 1
                     print(f"{group.group_id} {q.id}: gold {q.gold!r}, checker {got!r}")
     except DecisionInputError as exc:

@@ -80,7 +80,7 @@ def load_groups(path: str | Path, per_group: int = MAX_QUESTIONS) -> list[NliGro
 def read_file(path: str | Path) -> dict[str, Any]:
     """A ContractNLI JSON file, checked to hold ``documents`` and ``labels``."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=_no_repeats)
     except (OSError, ValueError) as exc:
         raise DecisionInputError(f"{path}: not a ContractNLI JSON file ({exc})", "input") from exc
     except RecursionError:  # json.loads on arrays or objects nested thousands deep
@@ -99,7 +99,36 @@ def read_file(path: str | Path) -> dict[str, Any]:
     for key, label in labels.items():
         if not isinstance(label, dict) or not isinstance(label.get("hypothesis"), str):
             raise DecisionInputError(f"{path}: label {key!r} has no hypothesis text", "input")
+        # The key is the question_id, which the scoring reader strips and needs non-empty.
+        if not key.strip() or key != key.strip():
+            raise DecisionInputError(f"{path}: label {key!r} is not a usable question id (empty, "
+                                     "or with spaces around it)", "input")
+        surrogate = _lone_surrogate(label["hypothesis"])
+        if surrogate:
+            raise DecisionInputError(f"{path}: label {key!r}: the hypothesis {surrogate}", "input")
     return data
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (json.loads keeps the last one silently: a
+    hypothesis annotated twice had one of its labels dropped)."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        data[key] = value
+    return data
+
+
+def _lone_surrogate(text: str) -> str | None:
+    """Why ``text`` cannot be written as UTF-8 (JSON's "\\ud800" escape reads as a lone
+    surrogate), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"holds a lone surrogate ({text[exc.start]!r} at offset {exc.start}), which "
+                "UTF-8 cannot write")
+    return None
 
 
 def groups_from(data: dict[str, Any], per_group: int = MAX_QUESTIONS) -> list[NliGroup]:
@@ -107,7 +136,7 @@ def groups_from(data: dict[str, Any], per_group: int = MAX_QUESTIONS) -> list[Nl
     if not 1 <= per_group <= MAX_QUESTIONS:
         raise DecisionInputError(f"per_group must be 1..{MAX_QUESTIONS}", "per_group")
     labels, documents = data["labels"], data["documents"]
-    order = sorted(labels, key=lambda key: int(re.sub(r"\D", "", key) or 0))
+    order = sorted(labels, key=_hypothesis_number)
     groups: list[NliGroup] = []
     first_of: dict[str, int] = {}  # document id -> index of the document that has it
     for index, doc in enumerate(documents):
@@ -131,6 +160,15 @@ def groups_from(data: dict[str, Any], per_group: int = MAX_QUESTIONS) -> list[Nl
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
+def _hypothesis_number(key: str) -> tuple[int, int]:
+    """The sort key of a hypothesis: the number its key holds (``nda-11``: 11); a key of over
+    4,300 digits, which int() refuses, after all others."""
+    try:
+        return 0, int(re.sub(r"\D", "", key) or 0)
+    except ValueError:
+        return 1, 0
+
+
 def _document_questions(doc: Any, index: int, labels: dict[str, Any],
                         order: list[str]) -> list[NliQuestion]:
     """One agreement's hypotheses with their labels; a malformed document (a missing key, a
@@ -140,6 +178,11 @@ def _document_questions(doc: Any, index: int, labels: dict[str, Any],
         where = f"documents[{index}] (id {doc['id']})"
         if not isinstance(doc["text"], str):
             raise TypeError("text is not a string")
+        if not doc["text"].strip():  # docs/ID.txt would be empty: the CSV would not read back
+            raise DecisionInputError(f"{where}: the text is empty", where)
+        surrogate = _lone_surrogate(doc["text"])
+        if surrogate:
+            raise DecisionInputError(f"{where}: the text {surrogate}", where)
         annotations = doc["annotation_sets"][0]["annotations"]
         unknown = sorted(set(annotations) - set(labels))
         if unknown:  # were dropped without a word

@@ -24,6 +24,7 @@ skipped, never as kept or broken.
 from __future__ import annotations
 
 import copy
+import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -305,8 +306,13 @@ def _check_equation(rule: Equation, answers: Mapping[str, Any]) -> RuleCheck:
     expected = ARITHMETIC[rule.op](a, b)
     detail = (f"{rule.result} = {result}, {rule.operands[0]} {rule.op} {rule.operands[1]} = "
               f"{a} {rule.op} {b} = {expected}")
-    return RuleCheck(rule.id, "kept" if result == expected else "broken", rule.description,
-                     detail, rule.questions)
+    # Integers exactly; a decimal answer (a question retyped as number) up to binary rounding:
+    # 3 * 0.1 is 0.30000000000000004, and a consistent 0.3 was reported broken.
+    equal = result == expected or (
+        any(isinstance(v, float) for v in values)
+        and math.isclose(result, expected, rel_tol=1e-9, abs_tol=1e-9))
+    return RuleCheck(rule.id, "kept" if equal else "broken", rule.description, detail,
+                     rule.questions)
 
 
 def check_rules(preset: Preset, answers: Mapping[str, Any]) -> list[RuleCheck]:
