@@ -5,8 +5,9 @@ except ``xiangqi_decoding_variants.py``, run in-process so that the training pos
 need not be computed (about 25 s); each test checks the exit status and the shape of what the
 script prints (its Markdown tables' rows and cells), so a renamed import, option or function the
 script uses fails here rather than at the next recorded run. Not run here: ``pattern_dp.py``
-(its old decoder takes about 15 s even on one slot), ``service_load.py`` (two server start-ups,
-about 15 s), ``gpu_kernels.py`` (tests/test_kernels_benchmark.py). ``train_step.py`` runs at
+(its old decoder takes about 15 s even on one slot), ``service_load.py``'s load table (two server
+start-ups, about 15 s; its memory soak, one start-up, runs here), ``gpu_kernels.py``
+(tests/test_kernels_benchmark.py). ``train_step.py`` runs at
 batch 1 with two windows, ``gpu_session.sh`` with a stand-in Python whose every run fails.
 """
 
@@ -227,3 +228,38 @@ def test_gpu_session_fails_when_a_step_fails(tmp_path: Path) -> None:
     assert proc.stdout.count("== joint vs standalone vs AR") == 3
     assert "== FAILED: GPU tests, joint vs standalone" in proc.stdout
     assert "== done" not in proc.stdout
+
+
+def test_service_load_memory_soak_with_distinct_schemas() -> None:
+    """The soak (``--memory-every``) on the tiny random model: one server, RSS read after the
+    warm-up and every 2 requests; no memory threshold is asserted (it is a measurement)."""
+    out = run("service_load.py", "--memory-every", "2", "--requests", "4", "--warmup", "2",
+              "--concurrency", "2", "--distinct-schemas")
+    assert out.startswith("## Service memory") and "0 errors" in out
+    assert "every request's integer range, choice options, regex, JSON schema" in out
+    table = rows(out)
+    assert [r[0] for r in table] == ["0", "2", "4"]
+    assert table[0][2] == "+0.0" and all(float(r[1]) > 0 for r in table)
+
+
+def test_service_load_soak_bodies_are_distinct_or_repeated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("service_load_soak_under_test",
+                                                  BENCHMARKS / "service_load.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # its dataclasses look the module up
+    spec.loader.exec_module(mod)
+
+    def schemas(i: int, distinct: bool) -> list[str]:
+        return [json.dumps(q["answer"], sort_keys=True)
+                for q in mod.soak_body(i, distinct)["questions"]]
+
+    distinct = [schemas(i, True) for i in range(6)]
+    for k in range(1, 5):  # integer range, choice, pattern, JSON: new in every request
+        assert len({s[k] for s in distinct}) == 6
+    assert len({mod.soak_body(i, True)["document"] for i in range(6)}) == 6
+    assert all(schemas(i, False) == schemas(0, False) for i in range(6))
+    assert mod.rss_kib(os.getpid()) > 0
