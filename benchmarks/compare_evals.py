@@ -35,6 +35,7 @@ from decision.metrics import (  # noqa: E402
     accuracy_by_qtype,
     paired_difference,
 )
+from decision.setups import setup_lines  # noqa: E402
 
 MODES = ("joint", "standalone")
 
@@ -51,13 +52,6 @@ def _records(directory: Path, side: str) -> dict[str, list[Record]]:
     return by_mode
 
 
-# setup keys that are the model itself, not compared
-MODEL_KEYS = ("model", "model_fingerprint")
-# how fast a run went rather than what it answered: said apart
-RUN_SETTINGS = ("threads", "batch_size")
-_ABSENT = object()
-
-
 def _setup(directory: Path) -> dict[str, Any] | None:
     """``eval.json``'s ``setup`` beside the records, or None where there is none."""
     try:
@@ -65,45 +59,6 @@ def _setup(directory: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, AttributeError):
         return None
     return setup if isinstance(setup, dict) else None
-
-
-def _show(value: Any) -> str:
-    return "absent" if value is _ABSENT else json.dumps(value)
-
-
-def setup_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """What differs between two setups besides the model: ``KEY A_VALUE in A, B_VALUE in B``,
-    the run settings last under one ``run settings:``."""
-    keys = [k for k in [*a, *(k for k in b if k not in a)] if k not in MODEL_KEYS]
-    differ = [k for k in keys if a.get(k, _ABSENT) != b.get(k, _ABSENT)]
-    said = [f"{k} {_show(a.get(k, _ABSENT))} in A, {_show(b.get(k, _ABSENT))} in B"
-            for k in differ]
-    main = [x for k, x in zip(differ, said, strict=True) if k not in RUN_SETTINGS]
-    run = [x for k, x in zip(differ, said, strict=True) if k in RUN_SETTINGS]
-    return main + ([f"run settings: {'; '.join(run)}"] if run else [])
-
-
-def setup_lines(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]:
-    """The two models with their weights' fingerprints and, where the setups differ besides the
-    model (or the weights are the same), a ``note:`` saying so."""
-    lines = []
-    for side, setup in (("A", a), ("B", b)):
-        if setup is None:
-            lines.append(f"{side}: no setup recorded (no eval.json with a setup)")
-        else:
-            lines.append(f"{side}: model {setup.get('model')}, weights "
-                         f"{setup.get('model_fingerprint') or 'not recorded'}")
-    if a is None or b is None:
-        return lines
-    differ = setup_differences(a, b)
-    fingerprint = a.get("model_fingerprint")
-    if fingerprint and fingerprint == b.get("model_fingerprint"):
-        lines.append("note: A and B have the same weights; "
-                     + (f"the setups differ: {'; '.join(differ)}" if differ
-                        else "the setups are the same too"))
-    elif differ:
-        lines.append(f"note: the setups differ besides the model: {'; '.join(differ)}")
-    return lines
 
 
 def _check(a: dict[str, list[Record]], b: dict[str, list[Record]], dir_a: Path, dir_b: Path
@@ -152,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = _check(a, b, args.a, args.b)
     print(f"# B = {args.b}, A = {args.a}; B - A, paired, 95 % bootstrap over groups "
           "(right only in B / only in A)")
-    for line in setup_lines(_setup(args.a), _setup(args.b)):
+    for line in setup_lines(_setup(args.a), _setup(args.b), "no eval.json with a setup"):
         print(f"# {line}")
     print("| mode | per question | groups fully correct |\n|---|---|---|")
     for mode in modes:
