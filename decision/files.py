@@ -24,3 +24,29 @@ def write_whole(files: Mapping[Path, str]) -> None:
         raise
     for path, part in parts:
         os.replace(part, path)
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a file's data to the disk (before a rename publishes it: after a power loss a
+    renamed file not flushed may be empty)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Flush a directory's entries (renames, new files) to the disk, where the file system
+    allows it: some (network and FUSE ones) cannot open a directory to fsync it or refuse the
+    fsync (EINVAL, EBADF), and what was written and flushed is not to fail over it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -26,6 +26,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from decision.errors import CheckpointError, DecisionInputError
+from decision.files import fsync_dir, fsync_file
 from decision.model.backbone import DecisionModel
 from decision.model.config import DecisionConfig
 from decision.model.gdn import BLOCK_PARAM_NAMES
@@ -824,7 +825,7 @@ def save_checkpoint(
         if model.tokenizer is not None:
             model.tokenizer.save(str(stage("tokenizer.json")))
         for part in staged.values():  # on disk before a rename publishes it: after a power
-            _fsync(part)              # loss a renamed file may otherwise be empty
+            fsync_file(part)          # loss a renamed file may otherwise be empty
     except BaseException:  # nothing of this save is left behind
         for part in staged.values():
             part.unlink(missing_ok=True)
@@ -836,39 +837,13 @@ def save_checkpoint(
         (directory / name).unlink(missing_ok=True)
     for name, part in staged.items():
         os.replace(part, directory / name)
-    _fsync_dir(directory)  # the renames themselves
+    fsync_dir(directory)  # the renames themselves
     for part in [*directory.glob("model*.safetensors.part"),  # a save killed outright (SIGKILL)
                  *(directory / (name + ".part") for name in _SAVED_FILES)]:
         part.unlink(missing_ok=True)
 
 
 _SAVED_FILES = (INDEX_NAME, "config.json", "tokenizer.json")
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file's data to the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Flush a directory's entries (the renames) to the disk, where the file system allows it:
-    some (network and FUSE ones) cannot open a directory to fsync it or refuse the fsync
-    (EINVAL, EBADF), and the save, its files already in place and flushed, is not to fail
-    over it (as ``decision.train.loop._fsync_dir``)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _write_safetensors(tensors: dict[str, torch.Tensor], file: Path) -> None:

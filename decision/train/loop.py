@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import torch
 
 from decision.errors import CheckpointError, DecisionInputError, TrainingError
+from decision.files import fsync_dir, fsync_file
 from decision.joint.scoring import Denoiser, SlotOptions
 from decision.train.batches import StepBatches
 from decision.train.config import TrainConfig
@@ -443,33 +444,18 @@ def save_checkpoint(
             shutil.rmtree(old)
         os.replace(final, old)
     os.replace(tmp, final)  # a kill just before this leaves only .old/.tmp: recover_checkpoint
-    _fsync_dir(out_dir)
+    fsync_dir(out_dir)
     if old.exists():
         shutil.rmtree(old)
     return final
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Flush a directory's entries (renames, new files) to disk, where the OS allows it."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _fsync_dir_files(directory: Path) -> None:
     """Flush every file of ``directory`` and the directory itself to disk."""
     for path in directory.iterdir():
         if path.is_file():
-            with path.open("rb") as fh:
-                os.fsync(fh.fileno())
-    _fsync_dir(directory)
+            fsync_file(path)
+    fsync_dir(directory)
 
 
 def recover_checkpoint(out_dir: Path) -> Path:
