@@ -8,6 +8,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
+def read_document(path: str | os.PathLike[str]) -> str:
+    """A document file's text as written: UTF-8, an editor's byte-order mark dropped (no part of
+    the text), line ends kept. Text mode made CR LF and CR into LF, so a document read from a
+    file reached the model otherwise than the same text sent inline or over HTTP."""
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        return handle.read()
+
+
 def write_whole(files: Mapping[Path, str]) -> None:
     """Write each ``path: text`` (UTF-8) to ``NAME.part`` beside it, then rename every part over
     its file (POSIX rename is atomic): a kill meanwhile leaves each file whole, old or new, never

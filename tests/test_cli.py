@@ -126,6 +126,20 @@ def test_decide_reads_the_document_or_the_questions_from_standard_input(
     assert "cannot both be '-'" in capsys.readouterr().err
 
 
+def test_decide_reads_a_document_file_as_written(tmp_path: Path) -> None:
+    """Text mode made the file's CR LF and CR into LF: the document decided was not the one
+    written (nor the one a client sends over HTTP). A byte-order mark is still no text."""
+    from decision.serve.decide_command import read_body
+
+    document = tmp_path / "doc.txt"
+    document.write_bytes("\ufeffClause 1.\r\nClause 2.\rEnd.".encode())
+    questions = tmp_path / "q.json"
+    questions.write_text(json.dumps([{"id": "a", "text": "Yes?", "answer": {"type": "boolean"}}]))
+    args = build_parser().parse_args(["decide", "--document", str(document),
+                                      "--questions", str(questions)])
+    assert read_body(args).document == "Clause 1.\r\nClause 2.\rEnd."
+
+
 def test_decide_prints_the_json_answer(
     tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -79,6 +79,21 @@ def test_document_from_a_file_and_empty_cells(tmp_path: Path) -> None:
     assert h.document == "@handle" and h.questions[0].gold == "b"
 
 
+def test_a_document_file_keeps_its_line_ends_as_the_same_text_inline_does(
+        tmp_path: Path) -> None:
+    """A document read from ``@docs/ID.txt`` in text mode had its CR LF and CR made LF, while
+    the same text in the cell (or sent over HTTP) kept them: the model read two documents."""
+    text = "Clause 1.\r\nClause 2.\rClause 3.\n"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_bytes(text.encode())
+    path = _write(tmp_path / "in.csv", [
+        ["f", "@docs/a.txt", "q1", "Yes?", "boolean", "{}", ""],
+        ["i", text, "q1", "Yes?", "boolean", "{}", ""],
+    ], header=HEADER)
+    from_file, inline = read_groups(path)
+    assert from_file.document == inline.document == text
+
+
 def test_gold_column_is_optional(tmp_path: Path) -> None:
     path = _write(tmp_path / "in.csv", [["g", "Doc", "q1", "Yes?", "boolean", "{}"]],
                   header=HEADER[:-1])

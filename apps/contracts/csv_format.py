@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from decision.errors import DecisionInputError
+from decision.files import read_document
 
 HEADER: tuple[str, ...] = ("group_id", "document", "question_id", "question", "answer_type",
                            "options", "gold")
@@ -221,7 +222,7 @@ def resolve_document(cell: str, base: Path, where: str | None = "row") -> str:
         return cell[1:]
     if cell.startswith("@"):
         try:  # not resolve()d first: on a symlink loop it raises RuntimeError, open an OSError
-            return (base / cell[1:]).read_text(encoding="utf-8-sig")  # a BOM is not text
+            return read_document(base / cell[1:])  # a BOM is not text; line ends as written
         except OSError as exc:
             raise _cell_error(where, "document", f"cannot read document file {cell[1:]!r} "
                                                  f"({exc.strerror})") from None

@@ -20,7 +20,6 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from apps.contracts.examples import Example, get_example, load_examples
@@ -34,6 +33,7 @@ from apps.contracts.presets import (
     show_value,
 )
 from decision.errors import DecisionInputError
+from decision.files import read_document
 
 MODES: tuple[str, str] = ("joint", "standalone")
 ID_WIDTH = 16
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
     preset = get_preset(args.preset or example.preset)
     if args.document is not None:
         try:  # utf-8-sig: an editor's byte-order mark is no part of the text
-            document = Path(args.document).read_text(encoding="utf-8-sig")
+            document = read_document(args.document)
         except (OSError, UnicodeDecodeError) as exc:
             raise DecisionInputError(f"cannot read {args.document}: {exc}", "document") from None
         title = f"{args.document} (preset {preset.id})"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from decision.errors import DecisionInputError
+from decision.files import read_document
 
 
 def register(subparsers: Any) -> None:
@@ -45,8 +45,8 @@ def _read_text(name: str) -> str:
     byte-order mark is no part of the text (decision score and the contracts CSVs read theirs
     the same way)."""
     if name == "-":
-        return sys.stdin.buffer.read().decode("utf-8-sig")
-    return Path(name).read_text(encoding="utf-8-sig")
+        return sys.stdin.buffer.read().decode("utf-8-sig")  # line ends kept, as read_document
+    return read_document(name)
 
 
 def read_body(args: argparse.Namespace) -> Any:
