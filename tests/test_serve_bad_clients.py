@@ -76,6 +76,15 @@ def _head(length: int | None, extra: bytes = b"") -> bytes:
             + framing + extra + b"\r\n")
 
 
+def _hold_the_worker(port: int) -> socket.socket:
+    """A connection whose request (document "held") the stand-in engine keeps deciding until
+    the test sets its ``release``."""
+    held = socket.create_connection(("127.0.0.1", port), timeout=10)
+    payload = _payload("held")
+    held.sendall(_head(len(payload), b"connection: close\r\n") + payload)
+    return held
+
+
 @pytest.fixture
 def served() -> Iterator[tuple[str, int, _Engine, Any]]:
     engine = _Engine()
@@ -234,9 +243,7 @@ def test_a_client_that_leaves_while_queued_keeps_no_slot_and_is_never_decided(
     served: tuple[str, int, _Engine, Any],
 ) -> None:
     url, port, engine, metrics = served
-    held = socket.create_connection(("127.0.0.1", port), timeout=10)
-    payload = _payload("held")
-    held.sendall(_head(len(payload), b"connection: close\r\n") + payload)
+    held = _hold_the_worker(port)
     assert engine.entered.wait(10)  # the worker is busy with it
     with socket.create_connection(("127.0.0.1", port), timeout=10) as queued:
         payload = _payload("queued")
@@ -304,9 +311,7 @@ def test_a_flood_past_the_queue_is_429_then_normal_service(
     served: tuple[str, int, _Engine, Any],
 ) -> None:
     url, port, engine, metrics = served
-    held = socket.create_connection(("127.0.0.1", port), timeout=10)
-    payload = _payload("held")
-    held.sendall(_head(len(payload), b"connection: close\r\n") + payload)
+    held = _hold_the_worker(port)
     assert engine.entered.wait(10)
     with ThreadPoolExecutor(12) as pool:
         flood = [pool.submit(httpx.post, f"{url}/decide", json=_body(f"flood {i}"), timeout=10)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_xiangqi_browser import click_square
 
 from apps.xiangqi.api import create_app
 from apps.xiangqi.players import RandomPlayer
@@ -49,21 +50,6 @@ def _open(browser: Any, server: str, width: int = 1100, height: int = 800,
     return page, errors
 
 
-def _click(page: Any, square: str) -> None:
-    x, y = page.evaluate(
-        """(sq) => {
-            const svg = document.getElementById('board');
-            const [px, py] = squarePoint(sq);
-            const pt = svg.createSVGPoint();
-            pt.x = px; pt.y = py;
-            const p = pt.matrixTransform(svg.getScreenCTM());
-            return [p.x, p.y];
-        }""",
-        square,
-    )
-    page.mouse.click(x, y)
-
-
 def _api(server: str, path: str, body: dict) -> dict:
     request = urllib.request.Request(f"{server}/api/xiangqi/games{path}",
                                      data=json.dumps(body).encode(), method="POST",
@@ -77,8 +63,8 @@ def test_a_failure_message_is_on_screen_at_phone_size(server: str, browser: Any)
     failed only let the piece go, and the visible status still read "your move"."""
     page, errors = _open(browser, server, 375, 667)
     page.route("**/moves", lambda route: route.abort("failed"))
-    _click(page, "h2")
-    _click(page, "e2")
+    click_square(page, "h2")
+    click_square(page, "e2")
     page.wait_for_function("!busy && !document.getElementById('error').hidden")
     assert "cannot reach the server" in page.inner_text("#error")
     top, bottom, height = page.evaluate("""() => {
@@ -104,8 +90,8 @@ def test_a_reply_lost_after_the_server_played_the_move_shows_the_game_as_it_is(
                       body="<html><body>504 Gateway Time-out</body></html>")
 
     page.route("**/model-move", played_then_lost)
-    _click(page, "h2")
-    _click(page, "e2")
+    click_square(page, "h2")
+    click_square(page, "e2")
     page.wait_for_function("!busy && !document.getElementById('error').hidden")
     assert "504" in page.inner_text("#error")
     page.wait_for_function("state.moves.length === 2", timeout=5_000)
@@ -124,8 +110,8 @@ def test_a_conflict_that_leaves_the_model_to_move_lets_it_play(server: str, brow
     page, errors = _open(browser, server)
     game = page.evaluate("state.id")
     _api(server, f"/{game}/moves", {"move": "h2e2"})  # another tab's move: the model is to move
-    _click(page, "b2")  # still Red to move in this tab's view
-    _click(page, "e2")
+    click_square(page, "b2")  # still Red to move in this tab's view
+    click_square(page, "e2")
     page.wait_for_function("state.moves.length === 2 && !busy", timeout=10_000)
     assert page.evaluate("state.moves[0].iccs") == "h2e2"
     assert page.evaluate("state.moves[1].by") == "model"
@@ -153,8 +139,8 @@ def test_a_busy_games_change_that_leaves_the_model_to_move_lets_it_play(
                        "field": None, "request_id": "x"}}))
 
     page.route("**/moves", busy)
-    _click(page, "b2")
-    _click(page, "e2")
+    click_square(page, "b2")
+    click_square(page, "e2")
     if lands == "while followed":
         page.wait_for_function("watching && !busy", timeout=10_000)
         _api(server, f"/{game}/moves", {"move": "h2e2"})
