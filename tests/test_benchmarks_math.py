@@ -417,3 +417,16 @@ def test_document_length_summary_is_mean_median_max(
     assert mod.summary([1, 2, 9]) == {"mean": 4.0, "median": 2, "max": 9}
     assert mod.summary([3, 1, 4, 10]) == {"mean": 4.5, "median": 3.5, "max": 10}
 
+
+
+def test_train_step_ratio_is_the_variant_over_plain_order(
+        load_benchmark: Callable[[str], ModuleType]) -> None:
+    """"/ plain" is each variant's median step time over plain order's: a variant twice as slow
+    reads 2.00 (inverted, plain / variant, it read 0.50; means instead of medians, 0.59)."""
+    mod = load_benchmark("train_step")
+    times = {"plain order": [1.0, 1.0, 5.0], "sorted windows of 32": [2.0, 0.1, 2.0],
+             "plain order, bf16 autocast": [0.5, 0.5, 0.5]}
+    table = rows("\n".join(mod.table(times, {name: 10.4 for name in times})))
+    assert table == [["plain order", "10", "1.000", "1.00"],
+                     ["sorted windows of 32", "10", "2.000", "2.00"],
+                     ["plain order, bf16 autocast", "10", "0.500", "0.50"]]
