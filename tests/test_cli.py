@@ -571,7 +571,7 @@ def test_train_flags_override_the_config(
     assert main(["train", "--config", str(config), "--out-dir", out, "--device", "cpu",
                  "--max-steps", "3", "--max-minutes", "0.5", "--resume"]) == 0
     assert seen == {"out_dir": out, "device": "cpu", "resume": True, "max_minutes": 0.5,
-                    "max_steps": 3, "init_from": None}
+                    "max_steps": 3, "init_from": None, "export": None}
 
 
 @pytest.mark.parametrize("value", ["", "  "])

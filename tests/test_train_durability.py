@@ -316,3 +316,98 @@ def test_the_run_lock_holds_where_flock_needs_a_file_open_for_writing(
     with hold_run_dir(str(out)):
         with pytest.raises(DecisionInputError, match="in use by another training run"):
             train(config_from_dict(tiny_raw(out)), max_steps=1)
+
+
+def lock_is_held(run_dir: Path) -> bool:
+    """Whether another holder has ``run_dir`` (a run, or an export of its checkpoint): taking it
+    here is refused."""
+    from decision.train.recipe import hold_run_dir
+
+    try:
+        with hold_run_dir(str(run_dir)):
+            return False
+    except DecisionInputError as exc:
+        assert "in use by another training run" in exc.message
+        return True
+
+
+def test_the_export_of_decision_train_is_written_with_the_run_directory_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``decision train --export DIR`` let go of the run directory when training returned and
+    exported after: a run started into it then could swap the checkpoint the export read."""
+    import decision.train.recipe as recipe
+
+    out, dest = tmp_path / "run", tmp_path / "export"
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_raw(out)))
+    held: list[bool] = []
+    export_checkpoint = recipe.export_checkpoint
+
+    def export_noting_the_lock(checkpoint: Path, out_dir: Path) -> Path:
+        held.append(lock_is_held(out))
+        return export_checkpoint(checkpoint, out_dir)
+
+    monkeypatch.setattr(recipe, "export_checkpoint", export_noting_the_lock)
+    assert run_cli("--config", str(config), "--max-steps", "1", "--export", str(dest)) == 0
+    assert held == [True]
+    assert (dest / "model.safetensors").is_file() and not lock_is_held(out)
+
+
+def test_an_export_only_from_a_directory_a_run_holds_is_refused_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m apps.xiangqi.train_player --export-only`` took no lock: beside a run still
+    training in the directory it recovered and read the checkpoint that run was swapping. It
+    is refused as a second training run is, with the same line, and nothing is written."""
+    from apps.xiangqi.train_player import main
+
+    out, dest = tmp_path / "run", tmp_path / "player"
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_raw(out, checkpoint_minutes=0.0)))  # every step
+    player = tmp_path / "player.json"
+    player.write_text(json.dumps({  # no games are read by an export
+        "train": {"model": json.loads(TINY.read_text())["model"] | {"num_segments": 2},
+                  "run": {"out_dir": str(out)}},
+        "xiangqi": {"train_games": str(tmp_path / "none"), "valid_games": str(tmp_path / "none")},
+    }))
+    first = start_paused_run(tmp_path, "checkpoint", "--config", str(config),
+                             "--max-steps", "50")
+    try:
+        assert run_cli("--config", str(config), "--resume", "--max-steps", "3") == 2
+        refused_run = capsys.readouterr().err.strip().splitlines()[-1]
+        t0 = time.monotonic()
+        assert main(["--config", str(player), "--export-only", "--export", str(dest)]) == 2
+        assert time.monotonic() - t0 < 30  # at once: no waiting for the run, no model loaded
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line == refused_run == (
+            f"error: run directory {out} is in use by another training run (started into the "
+            "same directory, still running): wait for it to end, or give another --out-dir")
+        assert not dest.exists()
+    finally:
+        kill_hard(first)
+    assert main(["--config", str(player), "--export-only", "--export", str(dest)]) == 0
+    assert (dest / "model.safetensors").is_file() and not lock_is_held(out)
+
+
+def test_a_tokenizer_that_cannot_be_written_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A full disk while a fresh run wrote tokenizer.json, its first file, ended the run with a
+    traceback (tokenizers raises a bare Exception, "No space left on device (os error 28)")."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "tokenizer.json").symlink_to("/dev/full")  # every write: ENOSPC
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_raw(out)))
+    assert run_cli("--config", str(config), "--max-steps", "1") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"error: cannot write the run's tokenizer {out / 'tokenizer.json'}: No space left on "
+        "device; nothing was trained: once the disk is fixed (space freed), run the same "
+        "command again")
+    assert sorted(p.name for p in out.iterdir()) == [".run.lock"]  # no torn file left
+    assert run_cli("--config", str(config), "--max-steps", "1") == 0  # room again

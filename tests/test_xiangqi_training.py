@@ -648,6 +648,63 @@ def test_an_interrupted_export_keeps_the_model_it_replaces(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "xiangqi"]
 
 
+@pytest.mark.parametrize("killed_at", [1, 2, 3])  # the move of: weights, tokenizer, config
+def test_an_export_killed_between_two_moves_leaves_no_model_that_loads_mixed(
+    tiny: Any, games: list[GameRecord], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], killed_at: int,
+) -> None:
+    """export moves the new files into ``dest`` one by one: killed after the weights, ``dest``
+    held the new weights beside the old tokenizer and config.json, and loaded without a word
+    (same vocabulary size), every token read through another tokenizer than the weights
+    learnt. Now ``dest`` lacks config.json until the last move: it refuses to load, and the
+    next export completes it; its model card stays throughout."""
+    import os
+
+    from apps.xiangqi.train_player import export
+    from decision.errors import CheckpointError
+    from decision.model import load_model
+
+    other = train_tokenizer(list(tokenizer_corpus(games, 30, seed=5)), vocab_size=420)
+    assert other.get_vocab_size() == tiny.tokenizer.get_vocab_size()
+    assert other.to_str() != tiny.tokenizer.to_str()
+    old, new = tmp_path / "old", tmp_path / "new"
+    tiny.save(old)
+    retrained = build_model(config_from_dict({"model": TINY_FIELDS}), other)
+    with torch.no_grad():
+        for p in retrained.parameters():
+            p.add_(0.5)
+    retrained.save(new)
+    dest = tmp_path / "xiangqi"
+    export(old, dest)
+    (dest / "README.md").write_text("model card")
+
+    replace, moves = os.replace, []
+
+    def killed(src: Any, dst: Any) -> None:
+        if Path(dst).parent == dest:  # a move into dest (the save itself renames in scratch)
+            moves.append(Path(dst).name)
+            if len(moves) == killed_at:
+                raise KeyboardInterrupt
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        export(new, dest)
+    monkeypatch.undo()
+    assert moves[:3] == ["model.safetensors", "tokenizer.json", "config.json"][:killed_at]
+    with pytest.raises(CheckpointError, match="missing config.json"):
+        load_model(dest)
+    assert (dest / "README.md").read_text() == "model card"
+    capsys.readouterr()
+    export(new, dest)  # the next export: whole again
+    assert f"{dest} was left without config.json by an interrupted export" in \
+        capsys.readouterr().err
+    assert load_model(dest).tokenizer.to_str() == other.to_str()
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "README.md", "config.json", "model.safetensors", "tokenizer.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "old", "xiangqi"]
+
+
 def player_config(tmp_path: Path, max_steps: int = 2) -> Path:
     """A tiny player run (a new 420-token tokenizer on 30 positions, 2 steps of batch 2)."""
     config = tmp_path / "player.json"
@@ -745,6 +802,35 @@ def test_player_ctrl_c_checkpoints_skips_the_export_and_exits_130(
     assert not export.exists()
     # the handler the run found is back (SIG_IGN where the tests run as a background job)
     assert signal.getsignal(signal.SIGINT) == before
+
+
+def test_player_export_is_written_with_the_run_directory_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--export let go of the run directory when training returned and exported after: a run
+    started into it then could swap the checkpoint the export read."""
+    from apps.xiangqi import train_player
+    from decision.errors import DecisionInputError
+    from decision.train.recipe import hold_run_dir
+
+    out, dest = tmp_path / "run", tmp_path / "export"
+    refused: list[str] = []
+    export = train_player.export
+
+    def export_noting_the_lock(checkpoint: Path, to: Path) -> Path:
+        with pytest.raises(DecisionInputError) as exc, hold_run_dir(str(out)):
+            pass
+        refused.append(exc.value.message)
+        return export(checkpoint, to)
+
+    monkeypatch.setattr(train_player, "export", export_noting_the_lock)
+    assert train_player.main(["--config", str(player_config(tmp_path)),
+                              "--export", str(dest)]) == 0
+    assert len(refused) == 1 and "in use by another training run" in refused[0]
+    assert capsys.readouterr().err.strip().endswith(f"exported bf16 model to {dest}")
+    assert (dest / "model.safetensors").is_file()
+    with hold_run_dir(str(out)):  # let go once the command is done
+        pass
 
 
 def test_player_exit_status_is_decision_trains(

@@ -57,6 +57,7 @@ from apps.xiangqi.training import (
     tokenizer_corpus,
 )
 from decision.errors import DecisionInputError
+from decision.files import fsync_dir
 from decision.model.checkpoint import INDEX_NAME
 from decision.tokenizer import special_ids, train_tokenizer
 from decision.train.cli import check_flags, exit_status, interrupted
@@ -385,7 +386,8 @@ def check_input_files(xq: XiangqiSection) -> None:
 
 def train(config: str | Path, resume: bool = False, max_minutes: float | None = None,
           max_steps: int | None = None, out_dir: str | None = None,
-          init_from: str | Path | None = None, device: str | None = None) -> TrainResult:
+          init_from: str | Path | None = None, device: str | None = None,
+          export_to: str | Path | None = None) -> TrainResult:
     """Train (or continue) the run; returns its checkpoint directory and how the loop ended.
 
     ``init_from`` starts a fresh run (new optimiser and schedule) from a model directory's
@@ -393,6 +395,10 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     when the run directory has a checkpoint (one without trainer state is an error); without
     ``resume``, a directory that already holds a run is refused (the recipe's
     :func:`~decision.train.recipe.resume_point`, checked before the games load).
+
+    ``export_to``: once the run has ended (not when a signal stopped it), its checkpoint is
+    exported there (:func:`export`) with the run directory still held, so that a run started
+    into the directory meanwhile cannot swap the checkpoint under the export.
     """
     cfg, xq = load_player_config(config)
     if out_dir is not None:
@@ -400,8 +406,11 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     if device is not None:
         cfg.run.device = check_device(device)
     check_input_files(xq)
-    with hold_run_dir(cfg.run.out_dir):  # until the run ends: one run a directory
-        return _train(cfg, xq, resume, max_minutes, max_steps, init_from)
+    with hold_run_dir(cfg.run.out_dir):  # until the run and its export end: one run a directory
+        result = _train(cfg, xq, resume, max_minutes, max_steps, init_from)
+        if export_to is not None and result.loop.signal is None:
+            export(result.checkpoint, export_to)
+        return result
 
 
 def _train(cfg: TrainConfig, xq: XiangqiSection, resume: bool, max_minutes: float | None,
@@ -471,15 +480,23 @@ def check_export(dest: str | Path, run_dir: str | Path) -> Path:
 
 def export(checkpoint: str | Path, dest: str | Path) -> Path:
     """Write the checkpoint's model in bf16 into ``dest`` (other files there, e.g. README, stay;
-    ``dest`` is checked first, :func:`check_export`)."""
+    ``dest`` is checked first, :func:`check_export`).
+
+    The model is written whole beside ``dest`` first (``DEST.export.tmp``): a failure or a kill
+    while writing leaves ``dest`` as it was. Its files then move in one by one, and ``dest``'s
+    config.json goes first and comes back last: a kill between two moves (new weights beside
+    the old tokenizer, which loaded without a word) leaves ``dest`` without config.json, a
+    model that refuses to load (``missing config.json``) until the next export replaces its
+    model files."""
     from decision.model import load_model
 
     out = check_export(dest, Path(checkpoint).resolve().parent)
     model = load_model(checkpoint, dtype=torch.bfloat16)
     out.mkdir(parents=True, exist_ok=True)
-    # Written beside ``dest`` first, then moved in file by file (weights, tokenizer, config
-    # last): an interrupted export no longer leaves ``dest`` without its model files.
     tmp = out.with_name(out.name + SCRATCH)
+    if tmp.exists() and not (out / "config.json").exists() and any(out.glob("*.safetensors")):
+        log(f"{out} was left without config.json by an interrupted export: its model files "
+            "are replaced")
     try:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -487,11 +504,14 @@ def export(checkpoint: str | Path, dest: str | Path) -> Path:
     except Exception as exc:  # a full disk, an I/O error: dest keeps its files
         raise export_error(out, tmp, checkpoint, exc, "--export-only") from exc
     new = sorted(tmp.iterdir(), key=lambda f: (f.name == "config.json", f.name))
+    (out / "config.json").unlink(missing_ok=True)  # from here until its return: no model
+    fsync_dir(out)  # gone on the disk before any new file is there
     for old in list(out.glob("*.safetensors")) + [out / f for f in (INDEX_NAME, *MODEL_FILES)]:
         if old.is_file() and not (tmp / old.name).exists():
             old.unlink()
-    for file in new:
+    for file in new:  # config.json last: only a complete set of files is a model
         os.replace(file, out / file.name)
+    fsync_dir(out)
     tmp.rmdir()
     return out
 
@@ -525,16 +545,17 @@ def run(args: argparse.Namespace) -> int:
     if args.export is not None:  # before training: an export that cannot be written is refused
         check_export(args.export, run_dir)
     if args.export_only:
-        ckpt = recover_checkpoint(run_dir)
-    else:
+        # held as a training run holds it: a run started into the directory (or still running
+        # there) would otherwise swap the checkpoint while it is recovered and read
+        with hold_run_dir(str(run_dir)):
+            export(recover_checkpoint(run_dir), args.export)
+    else:  # the export is written with the run directory still held (train's export_to)
         result = train(args.config, args.resume, args.max_minutes, args.max_steps,
-                       args.out_dir, args.init_from, args.device)
+                       args.out_dir, args.init_from, args.device, export_to=args.export)
         status = interrupted(result, args.export)  # Ctrl-C or SIGTERM: no export, 128 + sig
         if status is not None:
             return status
-        ckpt = result.checkpoint
     if args.export is not None:
-        export(ckpt, args.export)
         log(f"exported bf16 model to {args.export}")
     return 0
 

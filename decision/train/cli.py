@@ -70,7 +70,7 @@ def interrupted(result: TrainResult, export: str | None) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     from decision.train.config import check_device, load_config
-    from decision.train.recipe import check_export_dest, export_checkpoint, train
+    from decision.train.recipe import check_export_dest, train
 
     check_flags(args)
     cfg = load_config(args.config)
@@ -80,13 +80,13 @@ def run(args: argparse.Namespace) -> int:
         cfg.run.device = check_device(args.device)
     if args.export is not None:  # before training: an export that cannot be written is refused
         check_export_dest(args.export, cfg.run.out_dir)
+    # the export is written with the run directory still held (train's export)
     result = train(cfg, resume=args.resume, max_minutes=args.max_minutes,
-                   max_steps=args.max_steps, init_from=args.init_from)
+                   max_steps=args.max_steps, init_from=args.init_from, export=args.export)
     status = interrupted(result, args.export)
     if status is not None:
         return status
     if args.export is not None:
-        export_checkpoint(result.checkpoint, args.export)
         print(f"exported bf16 model to {args.export}", file=sys.stderr)
     return 0
 

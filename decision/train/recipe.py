@@ -308,9 +308,27 @@ def start_model(
     except OSError as exc:  # what check_out_dir cannot tell (a read-only or virtual file system)
         raise DecisionInputError(f"cannot make the run directory {out}: {exc.strerror or exc}",
                                  "run.out_dir") from None
-    model.tokenizer.save(str(out / "tokenizer.json"))
+    save_tokenizer(model.tokenizer, out / "tokenizer.json")
     trim_evals(out / EVALS_NAME, 0)
     return model, None
+
+
+def save_tokenizer(tokenizer: Tokenizer, path: Path) -> None:
+    """Write a fresh run's ``tokenizer.json`` (its first file), or a one-line ``TrainingError``
+    when it cannot be written (a full disk, an I/O error), the torn file removed: tokenizers
+    raises a bare ``Exception("No space left on device (os error 28)")``, which ended the run
+    with a traceback."""
+    try:
+        tokenizer.save(str(path))
+    except Exception as exc:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else \
+            re.sub(r" \(os error \d+\)$", "", str(exc))
+        raise TrainingError(
+            f"cannot write the run's tokenizer {path}: {reason}; nothing was trained: once the "
+            "disk is fixed (space freed), run the same command again"
+        ) from exc
 
 
 def trim_evals(path: Path, step: int) -> None:
@@ -347,6 +365,7 @@ def train(
     max_minutes: float | None = None,
     max_steps: int | None = None,
     init_from: str | Path | None = None,
+    export: str | Path | None = None,
 ) -> TrainResult:
     """Train (or continue) the run in ``cfg.run.out_dir``; returns its checkpoint directory.
 
@@ -355,6 +374,10 @@ def train(
     sessions when the run directory (git-ignored) is gone. ``resume`` takes precedence when the
     run directory has a checkpoint (one without trainer state is an error); without ``resume``,
     a directory that already holds a run is refused.
+
+    ``export``: once the run has ended (not when a signal stopped it), its checkpoint is
+    exported there (:func:`export_checkpoint`) with the run directory still held, so that a run
+    started into the directory meanwhile cannot swap the checkpoint under the export.
     """
     if cfg.data.task != "contracts":
         raise DecisionInputError(
@@ -364,8 +387,11 @@ def train(
     check_focus_qtypes(cfg)  # the config's task-specific checks, before any file is written
     check_val_groups(cfg)
     check_num_segments(cfg, MAX_QUESTIONS)  # a contract group asks up to MAX_QUESTIONS
-    with hold_run_dir(cfg.run.out_dir):  # until the run ends: one run a directory
-        return _train(cfg, resume, max_minutes, max_steps, init_from)
+    with hold_run_dir(cfg.run.out_dir):  # until the run and its export end: one run a directory
+        result = _train(cfg, resume, max_minutes, max_steps, init_from)
+        if export is not None and result.loop.signal is None:
+            export_checkpoint(result.checkpoint, export)
+        return result
 
 
 def _train(cfg: TrainConfig, resume: bool, max_minutes: float | None, max_steps: int | None,
@@ -496,6 +522,8 @@ def export_error(dest: Path, scratch: Path, checkpoint: str | Path, exc: Excepti
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     """Write the checkpoint's model in bf16 (config.json, safetensors, tokenizer.json) only.
 
+    It takes no lock: a caller exporting a run's own checkpoint holds the run directory
+    (:func:`hold_run_dir`), as ``decision train --export`` does (:func:`train`'s ``export``).
     ``out_dir`` is checked first (:func:`check_export_dest`, the checkpoint's parent taken as
     the run directory): it is replaced whole, so only a new directory, an empty one or a
     previous export is taken."""
