@@ -355,19 +355,19 @@ def test_check_request_validates_without_decoding(model) -> None:
 def test_a_checked_request_is_decoded_without_compiling_again(model, monkeypatch) -> None:
     """The service checks (and compiles) a request before queueing it; its schemas may leave
     the bounded compile cache before it is decoded, which compiled them again in the worker."""
-    from decision.joint import engine
+    from decision.joint import request as joint_request
     from decision.joint.engine import EngineConfig, check_request
 
     request = {"document": DOC, "questions": QUESTIONS, "threshold": 0.8}
     checked = check_request(model, request)
     compiled: list[str] = []
-    real = engine.compile_question
+    real = joint_request.compile_question
 
     def counting(question, ctx, field):
         compiled.append(field)
         return real(question, ctx, field)
 
-    monkeypatch.setattr(engine, "compile_question", counting)
+    monkeypatch.setattr(joint_request, "compile_question", counting)
     got = decide_many(model, [checked])
     assert compiled == []
     assert _values(got[0]) == _values(decide(model, **request))

@@ -336,7 +336,7 @@ def test_steps_count_every_forward_a_request_took_part_in(model, monkeypatch) ->
 
 
 def test_a_round_fixes_each_rows_surest_first_of_equals_and_those_reaching_the_threshold() -> None:
-    from decision.joint.engine import _surest
+    from decision.joint.scoring_rounds import surest_slots
 
     options = ((1,), (2,))
     slots = {k: SlotOptions(row, k, options) for k, row in enumerate([0, 0, 1, 1])}
@@ -346,7 +346,7 @@ def test_a_round_fixes_each_rows_surest_first_of_equals_and_those_reaching_the_t
         2: torch.tensor([0.875, 0.125]),  # row 1: the surest, and one exactly at the threshold
         3: torch.tensor([0.25, 0.75]),
     }
-    assert _surest(slots, probabilities, [0.875, 0.75]) == [0, 2, 3]
+    assert surest_slots(slots, probabilities, [0.875, 0.75]) == [0, 2, 3]
 
 
 def test_scored_answers_count_in_the_tokens_per_forward(model) -> None:

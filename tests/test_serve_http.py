@@ -418,7 +418,7 @@ def test_a_prepared_request_is_decoded_without_compiling_again(
 ) -> None:
     """Prepared before it is queued, a request carries its automata: the worker does not
     compile again (the bounded compile cache may have evicted its schemas by then)."""
-    from decision.joint import engine as joint_engine
+    from decision.joint import request as joint_request
     from decision.serve.api import DecideBody
 
     engine = ModelEngine.load(str(checkpoint))
@@ -428,7 +428,7 @@ def test_a_prepared_request_is_decoded_without_compiling_again(
     def no_compile(*args: Any) -> Any:
         raise AssertionError("compiled again in the worker")
 
-    monkeypatch.setattr(joint_engine, "compile_question", no_compile)
+    monkeypatch.setattr(joint_request, "compile_question", no_compile)
     decision = engine.decide_many([prepared])[0]
     assert [a.id for a in decision.answers] == [q["id"] for q in _body("x", "joint")["questions"]]
 
