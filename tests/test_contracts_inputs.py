@@ -59,6 +59,40 @@ def test_contractnli_refuses_what_would_not_read_back(
 
 
 @pytest.mark.parametrize(("data", "message"), [
+    # no documents, or none with an annotation: exit 0 with a CSV of only its header, which
+    # the scoring reader refuses
+    ({"labels": LABELS, "documents": []}, "in.json: holds no documents"),
+    ({"labels": {}, "documents": []}, "in.json: holds no documents"),
+    ({"labels": LABELS, "documents": [_doc(3, {}), _doc(4, {})]},
+     "in.json: no document annotates any hypothesis"),
+    # an id of null, true or 1.5 was written as the agreement "None", "True" or "1.5"
+    ({"labels": LABELS, "documents": [_doc(None, {"nda-1": "Entailment"})]},
+     "in.json: documents[0] (id null): the id is not a string or an integer"),
+    ({"labels": LABELS, "documents": [_doc(3, {"nda-1": "Entailment"}),
+                                      _doc(True, {"nda-1": "Entailment"})]},
+     "in.json: documents[1] (id true): the id is not a string or an integer"),
+    ({"labels": LABELS, "documents": [_doc(1.5, {"nda-1": "Entailment"})]},
+     "in.json: documents[0] (id 1.5): the id is not a string or an integer"),
+    ({"labels": LABELS, "documents": [_doc({"a": 1}, {"nda-1": "Entailment"})]},
+     'in.json: documents[0] (id {"a": 1}): the id is not a string or an integer'),
+])
+def test_contractnli_refuses_an_empty_file_or_an_id_of_another_type(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict, message: str) -> None:
+    status, err = _convert(tmp_path, capsys, json.dumps(data))
+    assert status == 2 and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()  # nothing written, not even docs/
+
+
+def test_contractnli_takes_string_and_integer_ids(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = {"labels": LABELS, "documents": [_doc(3, {"nda-1": "Entailment"}),
+                                            _doc("nda_4.b", {"nda-2": "NotMentioned"})]}
+    status, err = _convert(tmp_path, capsys, json.dumps(data))
+    assert status == 0, err
+    assert [g.group_id for g in read_groups(tmp_path / "out" / "x.csv")] == ["3-1", "nda_4.b-1"]
+
+
+@pytest.mark.parametrize(("data", "message"), [
     # JSON's "\ud800" escape is a lone surrogate, which UTF-8 cannot write: a
     # UnicodeEncodeError traceback that left a half-written CSV behind
     ({"labels": LABELS, "documents": [_doc(3, {"nda-1": "Entailment"}, text="A \ud800 B")]},

@@ -106,6 +106,8 @@ def read_file(path: str | Path) -> dict[str, Any]:
         surrogate = _lone_surrogate(label["hypothesis"])
         if surrogate:
             raise DecisionInputError(f"{path}: label {key!r}: the hypothesis {surrogate}", "input")
+    if not documents:  # wrote a CSV of only its header, which the scoring reader refuses
+        raise DecisionInputError(f"{path}: holds no documents", "input")
     return data
 
 
@@ -141,7 +143,10 @@ def groups_from(data: dict[str, Any], per_group: int = MAX_QUESTIONS) -> list[Nl
     first_of: dict[str, int] = {}  # document id -> index of the document that has it
     for index, doc in enumerate(documents):
         questions = _document_questions(doc, index, labels, order)
-        document_id, where = str(doc["id"]), f"documents[{index}] (id {doc['id']})"
+        document_id, where = str(doc["id"]), f"documents[{index}] (id {_shown(doc['id'])})"
+        # null, true or 1.5 became the agreement "None", "True" or "1.5" without a word
+        if isinstance(doc["id"], bool) or not isinstance(doc["id"], (str, int)):
+            raise DecisionInputError(f"{where}: the id is not a string or an integer", where)
         # The id names the agreement's file (docs/ID.txt) and its groups (ID-1, ID-2...): a
         # repeated id wrote only the first agreement's text and two groups of one name, and an id
         # with a path in it wrote outside docs/.
@@ -160,6 +165,17 @@ def groups_from(data: dict[str, Any], per_group: int = MAX_QUESTIONS) -> list[Nl
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
+def _shown(doc_id: Any) -> str:
+    """A document id as error messages show it: as is for a string or an integer, else as JSON
+    (``null``, ``true``, ``1.5``)."""
+    if isinstance(doc_id, (str, int)) and not isinstance(doc_id, bool):
+        return str(doc_id)
+    try:
+        return json.dumps(doc_id, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(doc_id)
+
+
 def _hypothesis_number(key: str) -> tuple[int, int]:
     """The sort key of a hypothesis: the number its key holds (``nda-11``: 11); a key of over
     4,300 digits, which int() refuses, after all others."""
@@ -175,7 +191,7 @@ def _document_questions(doc: Any, index: int, labels: dict[str, Any],
     label other than Entailment/Contradiction/NotMentioned) is one DecisionInputError naming it."""
     where = f"documents[{index}]"
     try:
-        where = f"documents[{index}] (id {doc['id']})"
+        where = f"documents[{index}] (id {_shown(doc['id'])})"
         if not isinstance(doc["text"], str):
             raise TypeError("text is not a string")
         if not doc["text"].strip():  # docs/ID.txt would be empty: the CSV would not read back
@@ -236,7 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         data = read_file(args.input)
-        groups = groups_from(data, args.per_group)
+        try:
+            groups = groups_from(data, args.per_group)
+        except DecisionInputError as exc:  # names the document or label: add the file
+            raise DecisionInputError(f"{args.input}: {exc}", exc.field) from exc
+        if not groups:  # every document without annotations: a CSV of only its header
+            raise DecisionInputError(f"{args.input}: no document annotates any hypothesis",
+                                     "input")
         rows, documents = write_csv(groups, args.out)
     except DecisionInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
