@@ -318,6 +318,40 @@ def test_presets_or_examples_that_fail_to_load_are_reported(server: str, browser
     page.close()
 
 
+def test_a_health_request_that_fails_says_the_service_cannot_be_reached(
+        server: str, browser: Any) -> None:
+    """/health failing at page load (no answer at all, a 503) left the model line empty and said
+    nothing; it is named in the error banner with the reason, as the presets and examples are."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("**/health", lambda route: route.abort("failed"))
+    page.goto(f"{server}/contracts/")
+    page.wait_for_function("window.demo && window.demo.ready", timeout=30_000)
+    assert page.inner_text("#model-line") == "The service cannot be reached: answers will fail."
+    assert page.is_visible("#error-general")
+    banner = page.inner_text("#error-general")
+    assert banner.startswith("Could not load the service's health (cannot reach the service"), (
+        banner)
+    assert page.locator("#preset option").count() > 1  # the presets loaded all the same
+
+    page.unroute("**/health")
+    page.route("**/health", lambda route: route.fulfill(status=503, body=""))
+    page.reload()
+    page.wait_for_function("window.demo && window.demo.ready", timeout=30_000)
+    assert page.inner_text("#model-line") == "The service cannot be reached: answers will fail."
+    assert page.inner_text("#error-general").startswith(
+        "Could not load the service's health (the service answered HTTP 503)")
+
+    page.unroute("**/health")  # a healthy service: the model's name, no banner
+    page.reload()
+    page.wait_for_function("window.demo && window.demo.ready", timeout=30_000)
+    assert page.inner_text("#model-line").startswith("Model: ")
+    assert not page.is_visible("#error-general")
+    assert not errors, errors
+    page.close()
+
+
 def test_a_preset_or_example_picked_during_a_run_does_not_change_its_results(
         server: str, browser: Any) -> None:
     """The rules checked and the example's answers shown are those of the request as sent: the

@@ -604,10 +604,14 @@ async function init() {
   if (health.data) {
     $("model-line").textContent = health.data.model_loaded
       ? `Model: ${health.data.model}` : "The model is not loaded yet: answers will fail.";
+  } else {
+    // No answer, a network error or a 5xx: the model line stayed empty without a word.
+    $("model-line").textContent = "The service cannot be reached: answers will fail.";
   }
   const failed = [];
   if (presets.failure) failed.push(`the question sets (${presets.failure})`);
   if (examples.failure) failed.push(`the example contracts (${examples.failure})`);
+  if (health.failure) failed.push(`the service's health (${health.failure})`);
   if (failed.length) {
     showError({ message: `could not load ${failed.join(" or ")}; reload the page to try again.` });
   }
