@@ -362,6 +362,53 @@ def test_other_errors_are_json_and_the_server_stays_healthy(server: str) -> None
     assert 'decision_requests_total{outcome="error"}' not in text  # never a 500
 
 
+@pytest.fixture(scope="module")
+def pages_server(checkpoint: Path) -> Iterator[str]:
+    """The service with its demo apps' pages mounted (``server`` has none)."""
+    with running_server(create_app(ServeSettings(model_path=str(checkpoint)))) as url:
+        yield url
+
+
+@pytest.mark.parametrize(("header", "why"), [
+    ("bytes=999999999-", "no range of it lies within the file's"),  # was an empty 416
+    ("bytes=5-1", "start must be less than end"),  # these were plain-text 400s
+    ("bytes=abc", "range must be requested"),
+    ("items=0-9", "only support bytes range"),
+])
+def test_a_static_page_asked_a_range_it_cannot_serve_is_a_json_416(
+        pages_server: str, header: str, why: str) -> None:
+    """Starlette's StaticFiles answered an unusable Range itself, in plain text; every other
+    error of the service is JSON."""
+    size = len(httpx.get(f"{pages_server}/contracts/demo.js").content)
+    for method in ("GET", "HEAD"):
+        r = httpx.request(method, f"{pages_server}/contracts/demo.js", headers={"Range": header})
+        assert r.status_code == 416, (method, r.status_code, r.text)
+        assert r.headers["content-type"] == "application/json"
+        assert r.headers["content-range"] == f"bytes */{size}"
+    error = httpx.get(f"{pages_server}/contracts/", headers={"Range": header}).json()["error"]
+    assert error["type"] == "range_not_satisfiable" and why in error["message"], error
+    assert error["request_id"] and error["field"] is None
+
+
+def test_a_static_page_serves_the_ranges_it_can(pages_server: str) -> None:
+    whole = httpx.get(f"{pages_server}/contracts/demo.js").content
+    r = httpx.get(f"{pages_server}/contracts/demo.js", headers={"Range": "bytes=0-9"})
+    assert r.status_code == 206 and r.content == whole[:10]
+    assert r.headers["content-range"] == f"bytes 0-9/{len(whole)}"
+    r = httpx.get(f"{pages_server}/contracts/demo.js", headers={"Range": "bytes=-5"})
+    assert r.status_code == 206 and r.content == whole[-5:]
+    r = httpx.get(f"{pages_server}/contracts/demo.js", headers={"Range": "bytes=0-1,5-6"})
+    assert r.status_code == 206 and r.headers["content-type"].startswith("multipart/byteranges")
+    assert whole[:2] in r.content and whole[5:7] in r.content
+    # an If-Range that no longer matches: the whole file, the range ignored
+    r = httpx.get(f"{pages_server}/contracts/demo.js",
+                  headers={"Range": "bytes=999999999-", "If-Range": '"stale"'})
+    assert r.status_code == 200 and r.content == whole
+    etag = httpx.get(f"{pages_server}/contracts/demo.js").headers["etag"]
+    assert httpx.get(f"{pages_server}/contracts/demo.js",
+                     headers={"If-None-Match": etag}).status_code == 304
+
+
 @pytest.mark.parametrize("content_type", [
     "application/x-www-form-urlencoded",  # what curl -d sends without -H
     "text/plain",

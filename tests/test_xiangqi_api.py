@@ -637,6 +637,12 @@ def test_the_xiangqi_only_app_answers_every_error_as_json(tmp_path: Path) -> Non
     r = client.put(GAMES)
     assert r.status_code == 405 and r.json()["error"]["type"] == "method_not_allowed"
     assert client.get(f"{GAMES}/{game['id']}").json()["moves"] == []  # nothing half-played
+    # a Range the board's files cannot serve: Starlette's plain-text 400 and empty 416 before
+    for header in ("bytes=999999999-", "bytes=5-1"):
+        r = client.get("/xiangqi/board.js", headers={"Range": header})
+        assert r.status_code == 416 and r.json()["error"]["type"] == "range_not_satisfiable"
+    r = client.get("/xiangqi/board.js", headers={"Range": "bytes=0-9"})
+    assert r.status_code == 206 and len(r.content) == 10
 
 
 def test_the_xiangqi_only_app_refuses_an_oversized_body_with_413(tmp_path: Path) -> None:

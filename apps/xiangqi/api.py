@@ -33,7 +33,6 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from apps.xiangqi.board import NO_CAPTURE_LIMIT, Board
@@ -61,6 +60,7 @@ from decision.serve.api import INVALID_REQUEST_RESPONSES
 from decision.serve.cross_site import CrossSiteWriteMiddleware
 from decision.serve.errors import (
     BodyLimitMiddleware,
+    StaticPages,
     body_error_response,
     error_body,
     error_response,
@@ -636,7 +636,7 @@ def create_app(
     install_error_handlers(app)
     install_request_ids(app)
     app.include_router(router)
-    app.mount(static_url, StaticFiles(directory=static_dir, html=True), name="xiangqi:static")
+    app.mount(static_url, StaticPages(directory=static_dir, html=True), name="xiangqi:static")
     configure(app, GameStore(db_path), player if player is not None else player_from_setting)
     app.add_middleware(CrossSiteWriteMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, timeout_s=body_timeout_s)

@@ -27,12 +27,11 @@ import anyio
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
-from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from decision.serve.api import DecideBody, DecideResponse, ErrorBody, HealthBody, ModelsBody
 from decision.serve.cross_site import CrossSiteWriteMiddleware
-from decision.serve.errors import BodyLimitMiddleware, install_error_handlers
+from decision.serve.errors import BodyLimitMiddleware, StaticPages, install_error_handlers
 from decision.serve.request_id import install_request_ids
 from decision.serve.service import DecisionService, ServiceDep, ServiceEngine
 from decision.serve.settings import ServeSettings
@@ -150,7 +149,7 @@ def _mount_app_modules(app: FastAPI, modules: list[str]) -> None:
         if static_dir is not None:
             package = name.split(".")[1] if name.count(".") >= 1 else name
             url = getattr(module, "static_url", f"/apps/{package}")
-            static = StaticFiles(directory=Path(static_dir), html=True)
+            static = StaticPages(directory=Path(static_dir), html=True)
             app.mount(url, static, name=f"{name}:static")
 
 

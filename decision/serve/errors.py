@@ -1,14 +1,15 @@
 """Error responses: every failure leaves as ``{"error": {"type", "message", "field",
 "request_id"}}``, ``request_id`` the answer's ``X-Request-ID`` (:mod:`decision.serve.request_id`);
-the one exception is a static file asked with a ``Range`` it cannot serve, which Starlette's
-``FileResponse`` answers itself (plain-text 400, empty 416).
+the static pages too (:class:`StaticPages`: a ``Range`` they cannot serve is a JSON 416, where
+Starlette's ``FileResponse`` answered a plain-text 400 or an empty 416).
 
 Status codes: 400 malformed JSON or no body, 403 a write sent by a page of another site
 (:mod:`decision.serve.cross_site`), 404/405 unknown route or method (a 405 names the
 allowed methods in its message and ``Allow`` header), 408 body not received within the timeout,
 413 body over the limit, 415 a body not sent as JSON (content-type), 422 invalid request (the
 field is named), 429 queue full, 503 model not loaded, shutting down, or too busy to compile a
-schema, 504 request outlived its timeout, 500 only for a fault of the service itself.
+schema, 504 request outlived its timeout, 500 only for a fault of the service itself, 416 a
+static page asked with a ``Range`` header it cannot serve.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import FileResponse, Response
 from starlette.routing import Match
+from starlette.staticfiles import NotModifiedResponse, StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from decision.errors import CompileBusyError, DecisionInputError
@@ -297,3 +301,66 @@ class _BodyTimedOut(StarletteHTTPException):
     def __init__(self, timeout_s: float | None) -> None:
         super().__init__(408, f"the request body was not received within {timeout_s:g} s",
                          headers={"Connection": "close"})
+
+
+class StaticPages(StaticFiles):
+    """Starlette's ``StaticFiles`` (the demo pages), its files answering a ``Range`` header they
+    cannot serve with the service's JSON error, 416 ``range_not_satisfiable`` (with
+    ``Content-Range: bytes */SIZE``), where Starlette answered a plain-text 400 (a malformed
+    range, a unit other than bytes) or an empty 416 (a range past the end). A range it can serve
+    is answered as before (206, one part or several)."""
+
+    def file_response(self, full_path: Any, stat_result: Any, scope: Scope,
+                      status_code: int = 200) -> Response:
+        # StaticFiles.file_response with the file answered by _RangeCheckedFile
+        response = _RangeCheckedFile(full_path, status_code=status_code, stat_result=stat_result)
+        if self.is_not_modified(response.headers, Headers(scope=scope)):
+            return NotModifiedResponse(response.headers)
+        return response
+
+
+class _RangeCheckedFile(FileResponse):
+    """A ``FileResponse`` whose refusal of a ``Range`` header is the service's JSON error.
+
+    Starlette answers an unusable range inside ``FileResponse.__call__`` with a response of its
+    own, the only 400 or 416 a file answered 200 can start; that answer is held back and the
+    JSON error sent in its place (its text, "Range header: start must be less than end", goes
+    into the message)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refused: Message | None = None
+        text = b""
+
+        async def replace_refusal(message: Message) -> None:
+            nonlocal refused, text
+            if (refused is None and message["type"] == "http.response.start"
+                    and message["status"] in (400, 416)):
+                refused = message
+                return
+            if refused is None:
+                await send(message)
+                return
+            if message["type"] != "http.response.body":
+                return
+            text += message.get("body", b"")
+            if not message.get("more_body", False):
+                await self._refusal(scope, refused, text.decode("utf-8", "replace"))(
+                    scope, receive, send)
+
+        await super().__call__(scope, receive, replace_refusal)
+
+    def _refusal(self, scope: Scope, refused: Message, reason: str) -> JSONResponse:
+        asked = Headers(scope=scope).get("range", "")
+        shown = asked if len(asked) <= 100 else asked[:100] + "..."
+        if self.stat_result is not None:
+            size = str(self.stat_result.st_size)
+        else:  # Starlette's 416 names the size in its Content-Range
+            size = Headers(raw=refused.get("headers", [])).get("content-range", "*/").split("/")[-1]
+        if refused["status"] == 416 or not reason:
+            reason = f"no range of it lies within the file's {size} bytes"
+        else:  # "Range header: start must be less than end", "Only support bytes range"
+            reason = reason.removeprefix("Range header: ")
+            reason = reason[:1].lower() + reason[1:].rstrip(".")
+        return error_response(416, "range_not_satisfiable",
+                              f"the Range header {shown!r} cannot be served: {reason}",
+                              headers={"Content-Range": f"bytes */{size}"})
