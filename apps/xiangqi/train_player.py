@@ -535,6 +535,26 @@ def main(argv: list[str] | None = None) -> int:
     return exit_status(lambda: run(args))
 
 
+def export_only(run_dir: Path, dest: str) -> None:
+    """``--export-only``: export the run's checkpoint with the run directory held as a training
+    run holds it (a run started into the directory, or still running there, would otherwise swap
+    the checkpoint while it is recovered and read). A run directory this user cannot write
+    (another user's run) cannot be held, and no run of this user can start there: it is exported
+    without the lock, with a warning."""
+    if run_dir.is_dir() and not _writable(run_dir):
+        log(f"warning: the run directory {run_dir} is not writable: exported without holding it "
+            "(a run its owner starts there meanwhile is not waited for)")
+        export(recover_checkpoint(run_dir), dest)
+        return
+    with hold_run_dir(str(run_dir)):
+        export(recover_checkpoint(run_dir), dest)
+
+
+def _writable(directory: Path) -> bool:
+    """Whether this process may create files in ``directory`` (the run lock's file)."""
+    return os.access(directory, os.W_OK | os.X_OK)
+
+
 def run(args: argparse.Namespace) -> int:
     """The command line's run; its errors become the exit status in ``main``."""
     check_flags(args)
@@ -545,10 +565,7 @@ def run(args: argparse.Namespace) -> int:
     if args.export is not None:  # before training: an export that cannot be written is refused
         check_export(args.export, run_dir)
     if args.export_only:
-        # held as a training run holds it: a run started into the directory (or still running
-        # there) would otherwise swap the checkpoint while it is recovered and read
-        with hold_run_dir(str(run_dir)):
-            export(recover_checkpoint(run_dir), args.export)
+        export_only(run_dir, args.export)
     else:  # the export is written with the run directory still held (train's export_to)
         result = train(args.config, args.resume, args.max_minutes, args.max_steps,
                        args.out_dir, args.init_from, args.device, export_to=args.export)
