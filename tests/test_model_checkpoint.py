@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 import decision
 from decision.errors import CheckpointError
-from decision.model import checkpoint
+from decision.model import checkpoint, device_dtype
 from decision.model.testing import tiny_model
 
 BLOCK = torch.tensor([[5, 6, 7, 96, 96, 8]])
@@ -299,7 +299,7 @@ def test_devices_the_model_cannot_use_are_refused_before_reading(saved: Path, de
                                                                  kind: str | None) -> None:
     """mps, xpu and hpu gave tracebacks after every weight was read; meta loaded and failed at
     the first decode. Refused before any weight file is opened (here there is none)."""
-    if kind is not None and checkpoint._device_count(kind):
+    if kind is not None and device_dtype.device_count(kind):
         pytest.skip(f"this machine has a {kind} device")
     (saved / "model.safetensors").unlink()
     words = "does not run on" if kind is None else f"no {kind.upper()} GPU"
