@@ -669,6 +669,47 @@ def test_a_save_that_fails_midway_keeps_the_checkpoint_there(
     assert not list(saved.glob("*.part")) and not (saved / "model.safetensors").exists()
 
 
+@pytest.mark.parametrize("moves", [0, 1, 2])
+def test_a_save_killed_between_two_moves_leaves_no_mixed_model_that_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moves: int
+) -> None:
+    """The staged files were moved in one by one (weights, config.json, tokenizer.json): a save
+    into a model's directory killed between two moves left new weights beside the old
+    tokenizer.json, which loaded without a word. config.json is removed before the first move
+    and comes back last: until then the directory refuses to load, and a full save mends it."""
+    import os
+
+    from tokenizers import Tokenizer, models
+
+    def with_tokenizer(seed: int, words: list[str]) -> torch.nn.Module:
+        m = tiny_model(seed=seed, random_block=True)
+        vocab = {"[UNK]": 0} | {word: i for i, word in enumerate(words, 1)}
+        m.tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+        return m
+
+    old, new = with_tokenizer(5, ["old"]), with_tokenizer(6, ["new"])
+    directory = tmp_path / "m"
+    old.save(directory)
+    replace, done = os.replace, []
+
+    def killed_after(src: object, dst: object) -> None:
+        if len(done) == moves:
+            raise KeyboardInterrupt
+        replace(src, dst)  # type: ignore[arg-type]
+        done.append(Path(str(dst)).name)
+
+    monkeypatch.setattr(os, "replace", killed_after)
+    with pytest.raises(KeyboardInterrupt):
+        new.save(directory)
+    monkeypatch.undo()
+    assert len(done) == moves and "config.json" not in done
+    with pytest.raises(CheckpointError, match="config.json"):
+        decision.load_model(directory)
+    new.save(directory)
+    loaded = decision.load_model(directory)
+    assert _same_params(new, loaded) and loaded.tokenizer.token_to_id("new") == 1
+
+
 def test_every_saved_file_is_on_disk_before_it_is_moved_into_place(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -250,12 +250,17 @@ def save_checkpoint(
         for part in staged.values():
             part.unlink(missing_ok=True)
         raise
+    # config.json goes first and comes back last: a save killed between two moves (new weights
+    # beside the old tokenizer.json, which loaded without a word) leaves a directory without
+    # config.json, which refuses to load ("missing config.json") until a save completes.
+    (directory / "config.json").unlink(missing_ok=True)
+    fsync_dir(directory)  # gone on the disk before any new file is there
     stale = {p.name for p in directory.glob("model*.safetensors")} | {INDEX_NAME}
     if model.tokenizer is None:  # an older model's tokenizer.json would load beside these weights
         stale.add("tokenizer.json")
     for name in stale - set(staged):
         (directory / name).unlink(missing_ok=True)
-    for name, part in staged.items():
+    for name, part in sorted(staged.items(), key=lambda item: item[0] == "config.json"):
         os.replace(part, directory / name)
     fsync_dir(directory)  # the renames themselves
     for part in [*directory.glob("model*.safetensors.part"),  # a save killed outright (SIGKILL)
