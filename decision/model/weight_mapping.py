@@ -201,8 +201,9 @@ def _pack_experts(
 def _check_expert_shapes(
     tensors: CheckpointTensors, per_expert: dict[int, dict[str, str]], num_experts: int
 ) -> None:
-    """Per-expert tensors are stacked into one: every expert's gate, up and down weight must be
-    2-D and of the first expert's shapes, with gate and up of one shape."""
+    """Per-expert tensors are stacked into one: expert 0's gate and up weights must be 2-D and
+    of one shape, and every expert's gate, up and down weights of expert 0's shapes (down's own
+    shape is checked against the model's once packed, in :func:`plan_load`)."""
     first = {part: tensors.shape(per_expert[0][part]) for part in per_expert[0]}
     if len(first["gate_proj"]) != 2 or first["up_proj"] != first["gate_proj"]:
         raw = per_expert[0]["up_proj"]
