@@ -30,9 +30,9 @@ from apps.xiangqi.training import MoveRowSource, load_games, sample_positions  #
 from decision.tokenizer import special_ids  # noqa: E402
 from decision.train.batches import StepBatches  # noqa: E402
 from decision.train.config import TrainConfig  # noqa: E402
-from decision.train.loop import batch_loss  # noqa: E402
 from decision.train.recipe import load_trainable  # noqa: E402
 from decision.train.rows import collate  # noqa: E402
+from decision.train.step_loss import batch_loss  # noqa: E402
 
 
 def main() -> int:

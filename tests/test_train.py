@@ -264,8 +264,8 @@ def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 def fixed_batch_loss(model: object, cfg: TrainConfig) -> float:
     """The objective on a fixed batch under a fixed noise draw (rows no training step uses)."""
     from decision.tokenizer import special_ids
-    from decision.train.loop import batch_loss
     from decision.train.rows import collate
+    from decision.train.step_loss import batch_loss
 
     tok = model.tokenizer  # type: ignore[attr-defined]
     ids = special_ids(tok)
@@ -367,7 +367,8 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint(tmp_path: Path) -> None:
     import signal
 
     from decision.tokenizer import special_ids, train_tokenizer
-    from decision.train.loop import CHECKPOINT_DIR, LoopHooks, load_trainer_state, train_loop
+    from decision.train.checkpoint import CHECKPOINT_DIR, load_trainer_state
+    from decision.train.loop import LoopHooks, train_loop
     from decision.train.recipe import build_model
 
     cfg = tiny_config(tmp_path, max_steps=50)
@@ -535,7 +536,7 @@ def test_scaled_lr_params_train_at_their_own_rate() -> None:
     """Named parameters get groups at lr * factor that the schedule scales like the rest; with
     no names the optimiser keeps its two groups (older checkpoints resume)."""
     from decision.model.testing import tiny_model
-    from decision.train.loop import make_optimizer
+    from decision.train.optimizer import make_optimizer
 
     raw = json.loads(TINY.read_text())
     raw["optim"].update(lr=1e-3, warmup_steps=0, scaled_lr_params=["mlp.experts."],
@@ -716,7 +717,7 @@ def test_resume_notes_take_the_changed_keys_whole(tmp_path: Path) -> None:
     """The resume read each changed key back from its log text (the first word of "key saved
     -> now"): a saved key with a space in it, "run.seed note", was taken for run.seed (the rows
     change), and a train_config.json that is not an object crashed the resume."""
-    from decision.train.loop import resume_notes
+    from decision.train.checkpoint import resume_notes
 
     cfg = tiny_config(tmp_path)
     saved = json.loads(json.dumps(cfg.to_dict()))
@@ -791,7 +792,8 @@ def test_a_non_finite_gradient_stops_the_run_before_the_update(tmp_path: Path) -
     from decision.errors import TrainingError
     from decision.model import load_model
     from decision.tokenizer import special_ids, train_tokenizer
-    from decision.train.loop import CHECKPOINT_DIR, LoopHooks, load_trainer_state, train_loop
+    from decision.train.checkpoint import CHECKPOINT_DIR, load_trainer_state
+    from decision.train.loop import LoopHooks, train_loop
     from decision.train.recipe import build_model
 
     cfg = tiny_config(tmp_path, max_steps=4, checkpoint_minutes=0.0)  # a checkpoint every step
@@ -833,8 +835,8 @@ def test_a_fresh_run_refuses_a_directory_that_holds_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A run started again without --resume overwrote the directory's checkpoint silently."""
+    from decision.train.checkpoint import load_trainer_state
     from decision.train.cli import main
-    from decision.train.loop import load_trainer_state
 
     train(tiny_config(tmp_path, max_steps=2))
     with pytest.raises(DecisionInputError, match="already holds a run .*--resume") as err:
@@ -915,7 +917,7 @@ def test_ctrl_c_checkpoints_skips_the_export_and_exits_130(
     import signal
 
     from decision import cli
-    from decision.train.loop import load_trainer_state
+    from decision.train.checkpoint import load_trainer_state
 
     real = RowSource.row
 

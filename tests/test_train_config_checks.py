@@ -314,7 +314,7 @@ def test_init_from_a_model_of_too_few_segments_is_refused_before_any_file(tmp_pa
 def test_resume_notes_say_a_tokenizer_change_takes_no_effect(tmp_path: Path) -> None:
     """A resume with another tokenizer.vocab_size said "the run goes on with the new values",
     while it keeps the checkpoint's tokenizer."""
-    from decision.train.loop import resume_notes
+    from decision.train.checkpoint import resume_notes
 
     cfg = config_from_dict(tiny_raw(tmp_path))
     path = tmp_path / "train_config.json"

@@ -106,7 +106,7 @@ def test_a_resume_while_the_run_still_trains_is_refused_and_a_kill_frees_it(
 ) -> None:
     """--resume into a directory whose run was still training loaded its checkpoint and trained
     on beside it: two processes then swapped checkpoints in the same directory."""
-    from decision.train.loop import load_trainer_state
+    from decision.train.checkpoint import load_trainer_state
 
     out = tmp_path / "run"
     config = tmp_path / "tiny.json"
@@ -166,7 +166,7 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_last_one(
     ("unexpected pos 135232 vs 135120": no file, no errno), an I/O error while the weights were
     written with a traceback too; the half-written checkpoint.tmp stayed, holding the space."""
     from decision.model import DecisionModel, load_model
-    from decision.train.loop import load_trainer_state
+    from decision.train.checkpoint import load_trainer_state
 
     out = tmp_path / "run"
     config = tmp_path / "tiny.json"
@@ -208,7 +208,7 @@ def test_an_export_that_cannot_be_written_is_one_line_and_keeps_the_checkpoint(
     """A full disk during --export (after the run's last checkpoint) ended the command with
     safetensors' traceback, and an empty DEST.tmp stayed beside DEST."""
     from decision.model import DecisionModel
-    from decision.train.loop import load_trainer_state
+    from decision.train.checkpoint import load_trainer_state
 
     out, dest = tmp_path / "run", tmp_path / "export"
     config = tmp_path / "tiny.json"

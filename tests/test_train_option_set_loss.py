@@ -15,13 +15,13 @@ from decision.errors import DecisionInputError
 from decision.joint.scoring import ORDERS, SlotOptions, score_options
 from decision.model.testing import tiny_model
 from decision.train.config import config_from_dict
-from decision.train.loop import batch_loss
 from decision.train.option_loss import (
     gold_option_log_probs,
     option_set_log_probs,
     option_set_loss,
 )
 from decision.train.rows import Batch, Row, collate
+from decision.train.step_loss import batch_loss
 
 MASK, VOCAB, ROWS = 0, 12, 3
 

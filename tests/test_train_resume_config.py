@@ -26,7 +26,7 @@ def tiny_raw(out_dir: Path, **optim: Any) -> dict[str, Any]:
 
 def stepped_state(model: Any, cfg: TrainConfig, steps: int) -> dict[str, Any]:
     """The trainer state's optimiser and scheduler after ``steps`` updates under ``cfg``."""
-    from decision.train.loop import make_optimizer
+    from decision.train.optimizer import make_optimizer
 
     opt, sched = make_optimizer(model, cfg)
     for _ in range(steps):
@@ -41,7 +41,7 @@ def test_a_resumed_optimiser_takes_the_new_config_from_its_first_step(tmp_path: 
     """torch's load_state_dict brought back the checkpoint's lr, betas, weight decay and base
     rates, so a run resumed with another learning rate went on with the old one."""
     from decision.model.testing import tiny_model
-    from decision.train.loop import load_optimizer, lr_lambda, make_optimizer
+    from decision.train.optimizer import load_optimizer, lr_lambda, make_optimizer
 
     model = tiny_model(seed=0)
     old = config_from_dict(tiny_raw(tmp_path, lr=1e-2, warmup_steps=0))
@@ -68,7 +68,7 @@ def test_a_resumed_optimiser_takes_the_new_config_from_its_first_step(tmp_path: 
 def test_a_resumed_optimiser_scales_its_groups_by_the_new_factor(tmp_path: Path) -> None:
     """A scaled group's base rate is the new lr times the new scaled_lr_factor."""
     from decision.model.testing import tiny_model
-    from decision.train.loop import load_optimizer, lr_lambda, make_optimizer
+    from decision.train.optimizer import load_optimizer, lr_lambda, make_optimizer
 
     model = tiny_model(seed=0)
     names = ["mlp.experts."]
@@ -88,7 +88,8 @@ def test_a_resumed_optimiser_scales_its_groups_by_the_new_factor(tmp_path: Path)
 def test_a_resumed_run_trains_with_the_new_optimiser_values(tmp_path: Path) -> None:
     """The whole path: the checkpoint of a run resumed with another lr, betas and weight decay
     holds the new values (and the schedule over the new base rate)."""
-    from decision.train.loop import load_trainer_state, lr_lambda
+    from decision.train.checkpoint import load_trainer_state
+    from decision.train.optimizer import lr_lambda
 
     train(config_from_dict(tiny_raw(tmp_path, lr=1e-2, warmup_steps=0)), max_steps=2)
     raw = tiny_raw(tmp_path, lr=1e-3, warmup_steps=0, betas=[0.5, 0.6], weight_decay=0.5)
@@ -107,8 +108,8 @@ def test_resume_refuses_another_optimiser_group_layout_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Adding optim.scaled_lr_params on --resume ended in torch's ValueError traceback."""
+    from decision.train.checkpoint import load_trainer_state
     from decision.train.cli import main
-    from decision.train.loop import load_trainer_state
 
     run = tmp_path / "run"
     train(config_from_dict(tiny_raw(run)), max_steps=2)
@@ -129,7 +130,7 @@ def test_group_layout_is_compared_by_parameter_names(tmp_path: Path) -> None:
     would land on other parameters): the saved scaled_lr_params decide; names that group the
     parameters as before resume."""
     from decision.model.testing import tiny_model
-    from decision.train.loop import check_group_layout, load_optimizer, make_optimizer
+    from decision.train.optimizer import check_group_layout, load_optimizer, make_optimizer
 
     model = tiny_model(seed=0)
     ckpt = tmp_path / "checkpoint"
@@ -205,7 +206,7 @@ def test_model_fields_take_ints_for_floats_and_null_where_allowed() -> None:
 
 def test_resume_notes_report_the_task_sections(tmp_path: Path) -> None:
     """The Xiangqi driver's own section was never saved, so its changes went unreported."""
-    from decision.train.loop import resume_notes, saved_config
+    from decision.train.checkpoint import resume_notes, saved_config
 
     cfg = config_from_dict(tiny_raw(tmp_path))
     path = tmp_path / "train_config.json"
@@ -225,7 +226,7 @@ def test_resume_notes_report_the_task_sections(tmp_path: Path) -> None:
 def test_the_schedule_warms_up_linearly_then_decays_to_the_floor(tmp_path: Path) -> None:
     """Linear warm-up whose first step already trains (lr/warm, not 0), then a cosine from the
     full rate down to ``min_lr_ratio`` at ``max_steps``, held there beyond it."""
-    from decision.train.loop import lr_lambda
+    from decision.train.optimizer import lr_lambda
 
     raw = tiny_raw(tmp_path, warmup_steps=4, min_lr_ratio=0.1)
     raw["run"]["max_steps"] = 24

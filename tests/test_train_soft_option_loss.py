@@ -21,13 +21,13 @@ from decision.errors import DecisionInputError
 from decision.joint.scoring import SlotOptions, score_options
 from decision.model.testing import tiny_model
 from decision.train.config import config_from_dict
-from decision.train.loop import batch_loss
 from decision.train.option_loss import (
     option_member_log_probs,
     option_set_log_probs,
     soft_option_loss,
 )
 from decision.train.rows import Row
+from decision.train.step_loss import batch_loss
 
 
 @settings(max_examples=60, deadline=None)

@@ -28,9 +28,9 @@ from decision.joint.scoring import SlotOptions
 from decision.model.testing import tiny_model
 from decision.tokenizer import special_ids, train_tokenizer
 from decision.train.config import config_from_dict
-from decision.train.loop import batch_loss, only_scored_slots
 from decision.train.option_loss import option_loss
 from decision.train.rows import Row, collate
+from decision.train.step_loss import batch_loss, only_scored_slots
 
 VALID = Path(__file__).resolve().parents[2] / "shared" / "data" / "xiangqi" / "valid-games.jsonl.gz"
 needs_games = pytest.mark.skipif(not VALID.is_file(), reason=f"no game data at {VALID}")

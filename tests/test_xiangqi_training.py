@@ -736,7 +736,7 @@ def test_player_fresh_run_refuses_a_directory_that_holds_one(
     """Started again without --resume, the driver trained a new run over the old one's
     checkpoint and tokenizer."""
     from apps.xiangqi.train_player import main
-    from decision.train.loop import load_trainer_state
+    from decision.train.checkpoint import load_trainer_state
 
     config = str(player_config(tmp_path))
     assert main(["--config", config]) == 0
@@ -779,7 +779,7 @@ def test_player_ctrl_c_checkpoints_skips_the_export_and_exits_130(
     import signal
 
     from apps.xiangqi.train_player import main
-    from decision.train.loop import load_trainer_state
+    from decision.train.checkpoint import load_trainer_state
 
     real = MoveRowSource.row
 

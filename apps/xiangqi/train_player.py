@@ -60,6 +60,7 @@ from decision.errors import DecisionInputError
 from decision.files import fsync_dir
 from decision.model.checkpoint import INDEX_NAME
 from decision.tokenizer import special_ids, train_tokenizer
+from decision.train.checkpoint import CHECKPOINT_DIR, recover_checkpoint
 from decision.train.cli import check_flags, exit_status, interrupted
 from decision.train.config import (
     MAX_CORPUS,
@@ -70,12 +71,7 @@ from decision.train.config import (
     config_from_dict,
     read_config_file,
 )
-from decision.train.loop import (
-    CHECKPOINT_DIR,
-    LoopHooks,
-    recover_checkpoint,
-    train_loop,
-)
+from decision.train.loop import LoopHooks, train_loop
 from decision.train.recipe import (
     EVALS_NAME,
     TrainResult,

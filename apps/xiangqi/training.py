@@ -305,7 +305,7 @@ def encode_example(
     ``aux`` (question text, answer): a second question in the same joint group, after the move
     question, so its slot follows the move's and the move's slot keeps its place; its answer
     is trained by the diffusion loss only (the option loss reads the move's slot with this one
-    masked: ``decision.train.loop``).
+    masked: ``decision.train.step_loss``).
 
     ``soft``: move -> probability, the row's soft targets (``Row.soft_targets``, a teacher's
     distribution for distillation); every move must be among the options.

@@ -27,6 +27,14 @@ from tokenizers import Tokenizer
 from decision.errors import CheckpointError, DecisionInputError, TrainingError
 from decision.files import write_whole
 from decision.tokenizer import MAX_QUESTIONS, special_ids, train_tokenizer
+from decision.train.checkpoint import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_OLD,
+    CHECKPOINT_TMP,
+    STATE_FILE,
+    load_trainer_state,
+    recover_checkpoint,
+)
 from decision.train.config import TrainConfig, check_max_steps, check_minutes
 from decision.train.data import (
     RowSource,
@@ -36,18 +44,7 @@ from decision.train.data import (
     check_val_groups,
     tokenizer_corpus,
 )
-from decision.train.loop import (
-    CHECKPOINT_DIR,
-    CHECKPOINT_OLD,
-    CHECKPOINT_TMP,
-    STATE_FILE,
-    LoopHooks,
-    LoopResult,
-    load_trainer_state,
-    recover_checkpoint,
-    resolve_device,
-    train_loop,
-)
+from decision.train.loop import LoopHooks, LoopResult, resolve_device, train_loop
 
 
 @dataclass
