@@ -462,6 +462,21 @@ def test_the_parser_loads_neither_torch_nor_fastapi() -> None:
     assert done.stdout.strip() == "[]", done.stdout
 
 
+def test_python_dash_m_decision_is_the_decision_command() -> None:
+    """``python -m decision`` (where the ``decision`` script is not on the PATH) said "No module
+    named decision.__main__"."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "decision", "--help"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: ") and " serve " in done.stdout
+    bad = subprocess.run([sys.executable, "-m", "decision", "no-such-command"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
 def test_every_serve_flag_sets_its_own_setting() -> None:
     """Each flag reaches the setting it names (a flag read into the wrong field, or dropped for
     the default, still parsed and started a server)."""
