@@ -110,17 +110,24 @@ def ctx():
 
 
 @pytest.mark.parametrize("regex", ["a[a-z]{22}", "[a-z]{2}x[a-z]{20}", "a.{14}"])
-def test_counted_repeats_compile_at_once(ctx, regex: str) -> None:
+def test_counted_repeats_compile_at_once(ctx, regex: str, monkeypatch) -> None:
     # outlines-core also builds the DFA's unanchored search states, where a match may begin at
     # any "a": 2^22 of them for a[a-z]{22}, which ran into the 10 s limit and was refused
     import re
-    import time
+    from collections import OrderedDict
 
     from decision.schemas import PatternAnswer, compile_answer
+    from decision.schemas import compile as compile_module
 
-    start = time.monotonic()
+    # "at once": within 1 s of the compiling child's CPU time (these take ~0.01-0.03 s; the
+    # unanchored states took past 10 s), else it is refused. CPU time, unlike wall time, does
+    # not grow with the machine's load. Caches of this test's own: compiled here, not found
+    # compiled by an earlier test, and a refusal at 1 s is not remembered for later ones.
+    monkeypatch.setattr(compile_module, "COMPILE_CPU_LIMIT_S", 1)
+    monkeypatch.setattr(compile_module, "_automata", OrderedDict())
+    monkeypatch.setattr(compile_module, "_automata_bytes", 0)
+    monkeypatch.setattr(compile_module, "_refused", OrderedDict())
     automaton = compile_answer(PatternAnswer(regex=regex, max_tokens=24), ctx, "q.answer")
-    assert time.monotonic() - start < 5.0
     assert automaton.num_states < 200
     eos = ctx.special.eos
     for text in ("a" * 23, "ab" + "c" * 21, "a" * 22, "b" * 23, "a" + "é" * 14, "a" * 15):
@@ -141,8 +148,6 @@ def _accepts(automaton, ids: list[int]) -> bool:
 
 
 def test_a_refused_regex_is_refused_again_at_once(ctx, monkeypatch) -> None:
-    import time
-
     from decision.errors import SchemaError
     from decision.schemas import PatternAnswer, compile_answer
     from decision.schemas import compile as compile_module
@@ -161,11 +166,10 @@ def test_a_refused_regex_is_refused_again_at_once(ctx, monkeypatch) -> None:
         compile_answer(answer, ctx, "questions.0.answer")
     assert first.value.field == "questions.0.answer.regex"
     assert "within 1 s of CPU time" in first.value.message
-    start = time.monotonic()
     with pytest.raises(SchemaError) as again:  # the same schema as another question's
         compile_answer(PatternAnswer(regex="[a-z]*a[a-z]{21}", max_tokens=24), ctx,
                        "questions.3.answer")
-    assert time.monotonic() - start < 0.5 and len(calls) == 1
+    assert len(calls) == 1  # from the refusals remembered: not compiled (1 s of CPU) again
     assert again.value.message == first.value.message
     assert again.value.field == "questions.3.answer.regex"
 
@@ -250,7 +254,6 @@ def test_the_memory_limit_stops_the_child(ctx, monkeypatch) -> None:
     """A JSON string of up to 10^9 characters grew the compiling child to ~2-3 GB within its
     10 s of CPU time, four such compiles at a time in the service; the child's data is now
     limited (RLIMIT_DATA) and the refusal says so. A small schema compiles under the limit."""
-    import time
     from collections import OrderedDict
 
     from decision.errors import SchemaError
@@ -261,13 +264,12 @@ def test_the_memory_limit_stops_the_child(ctx, monkeypatch) -> None:
     # its own refusal cache: a refusal of this schema remembered earlier in the session (at the
     # real limit) would answer for it, and its 96 MiB one must not answer for later tests
     monkeypatch.setattr(compile_module, "_refused", OrderedDict())
-    start = time.monotonic()
     with pytest.raises(SchemaError) as refused:
         compile_answer(JsonAnswer(schema={"type": "string", "maxLength": 10**9}), ctx,
                        "questions.0.answer")
+    # stopped by the memory limit, not by the 10 s of CPU time ("within 10 s of CPU time")
     assert refused.value.message == ("regex automaton did not compile within 96 MiB of memory "
                                      "(too large)")
-    assert time.monotonic() - start < 8  # the memory limit, not the 10 s of CPU time
     small = JsonAnswer(schema={"type": "string", "maxLength": 7})
     assert compile_answer(small, ctx, "questions.1.answer").num_states > 1
 
@@ -341,6 +343,8 @@ def test_a_compile_child_dies_with_its_server(tmp_path) -> None:
             return False
         return "zombie" not in state
 
+    # the kernel kills it with its server (gone within the first 0.05 s poll here, loaded);
+    # unkilled it would wait for ever: its compile takes no CPU, so no limit of its ends it
     deadline = time.monotonic() + 5
     while alive() and time.monotonic() < deadline:
         time.sleep(0.05)

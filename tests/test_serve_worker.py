@@ -3,9 +3,10 @@ deadlines, shutdown."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -102,15 +103,44 @@ def test_failure_in_a_batch_fails_only_the_request_at_fault() -> None:
     assert [-1] in engine.batches and [3] in engine.batches
 
 
+def _waits_made_by(call: Callable[[], Any]) -> list[str]:
+    """Run ``call`` in this thread and name the waits it made: ``time.sleep`` and threading's
+    waits (``Condition.wait`` / ``wait_for``, under ``Event.wait`` and ``queue.Queue``'s too)."""
+    waits = {threading.Condition.wait.__code__: "Condition.wait",
+             threading.Condition.wait_for.__code__: "Condition.wait_for"}
+    made: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in waits:
+            made.append(waits[frame.f_code])
+        elif event == "c_call" and arg is time.sleep:
+            made.append("time.sleep")
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)  # this thread only
+    try:
+        call()
+    finally:
+        sys.setprofile(previous)
+    return made
+
+
 def test_full_queue_is_refused_at_once() -> None:
     engine = RecordingEngine()
     with _held_worker(engine, max_batch_size=1, max_wait_s=0.0, queue_size=2) as (worker, _):
         worker.submit(1, timeout_s=10)
         worker.submit(2, timeout_s=10)
-        start = time.monotonic()
-        with pytest.raises(QueueFullError, match="queue is full"):
-            worker.submit(3, timeout_s=10)
-        assert time.monotonic() - start < 0.5
+
+        def third() -> None:
+            with pytest.raises(QueueFullError, match="queue is full"):
+                worker.submit(3, timeout_s=30)
+
+        # "at once": refused without waiting at all (no sleep, no wait on a condition), while
+        # the worker is still held (nothing decided, the queue as it was). A submit that
+        # waited for a slot would have got one once the engine's gate timed out (10 s, within
+        # the request's 30 s) and been queued, not refused.
+        assert _waits_made_by(third) == []
+        assert not engine.gate.is_set() and engine.batches == [] and worker.depth == 2
         engine.gate.set()
 
 
@@ -209,10 +239,11 @@ def test_a_request_whose_caller_gave_up_stops_holding_the_worker() -> None:
         slow = worker.submit(1, timeout_s=0.2)
         with pytest.raises(RequestExpiredError):
             slow.result(5)
+        # the worker is free again: had it decoded request 1 to its end (10 s), the wait for
+        # it above would have timed out, request 2 would expire in the queue, and
+        # engine.taken[0] (below) would be 1000
         engine.steps = 1
-        start = time.monotonic()
         assert worker.submit(2, timeout_s=5).result(5) == 4
-        assert time.monotonic() - start < 1.0
         engine.steps = 1000
         item = worker.enqueue(3, timeout_s=30)
         time.sleep(0.1)
