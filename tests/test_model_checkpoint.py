@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 import decision
 from decision.errors import CheckpointError
-from decision.model import checkpoint, device_dtype
+from decision.model import checkpoint, device_dtype, weight_mapping
 from decision.model.testing import tiny_model
 
 BLOCK = torch.tensor([[5, 6, 7, 96, 96, 8]])
@@ -512,16 +513,24 @@ def test_two_tensors_for_one_parameter_are_refused(saved: Path, twin: str) -> No
 
 
 @pytest.fixture()
-def no_real_build(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_real_build(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Fail the test if the loader builds a model with storage (a config of 10**9-wide layers
-    would allocate hundreds of GB or be killed trying)."""
+    would allocate hundreds of GB or be killed trying). The loader builds in two modules, each
+    through its own name: weight_mapping.plan_load the skeleton it checks shapes on (the meta
+    device), checkpoint.load_model the model it fills. Both are watched, and the skeleton must
+    have come through the watch (patched in checkpoint alone, it saw no build at all)."""
     real = checkpoint.DecisionModel
+    built: list[str] = []
 
     def only_meta(config: object) -> torch.nn.Module:
-        assert torch.get_default_device().type == "meta", "a real model was built"
+        built.append(torch.get_default_device().type)
+        assert built[-1] == "meta", "a real model was built"
         return real(config)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(checkpoint, "DecisionModel", only_meta)
+    for module in (checkpoint, weight_mapping):
+        monkeypatch.setattr(module, "DecisionModel", only_meta)
+    yield
+    assert built, "the loader built no model through the watched names"
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [

@@ -58,7 +58,7 @@ from apps.xiangqi.training import (
 )
 from decision.errors import DecisionInputError
 from decision.files import fsync_dir
-from decision.model.checkpoint import INDEX_NAME
+from decision.model.safetensors_files import INDEX_NAME
 from decision.tokenizer import special_ids, train_tokenizer
 from decision.train.checkpoint import CHECKPOINT_DIR, recover_checkpoint
 from decision.train.cli import check_flags, exit_status, interrupted

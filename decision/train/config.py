@@ -155,7 +155,7 @@ class RunSection:
     # where the model trains: "cpu", "cuda", "cuda:N", or "auto" (the first GPU when there is one)
     device: str = "cpu"
     autocast_bf16: bool = False  # bf16 autocast on the device; no faster on the CPUs measured
-    denoise_draws: int = 1  # noise draws per history encoding (loop.batch_loss)
+    denoise_draws: int = 1  # noise draws per history encoding (step_loss.batch_loss)
     # Rows of this many consecutive batches are sorted by history length and re-cut, so a batch
     # pads less (batches.StepBatches); 1 keeps every batch in plain row order.
     length_window: int = 1
