@@ -18,7 +18,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from apps.xiangqi import Board, Move
-from apps.xiangqi.api import GameService, create_app, service_for
+from apps.xiangqi.api import GAME_ERROR_STATUS, create_app, service_for
+from apps.xiangqi.games import GameError, GameService
 from apps.xiangqi.store import GameStore
 from decision.serve.testing import running_server
 
@@ -490,7 +491,7 @@ def test_two_app_instances_on_one_file_never_lose_a_move(db: Path) -> None:
                 service.move(gid, state["legal_moves"][0], version=state["version"])
                 ok += 1
             except Exception as e:  # the other instance wrote first
-                assert getattr(e, "status", None) in (409, 422), e
+                assert isinstance(e, GameError) and GAME_ERROR_STATUS[e.kind] in (409, 422), e
                 refused += 1
 
     threads = [threading.Thread(target=play, args=(s,)) for s in (a, b, a, b)]
@@ -671,7 +672,7 @@ def test_a_model_move_cut_off_by_a_forced_quit_is_a_json_503_and_plays_nothing(
     the caller was told had failed. (One SIGTERM or Ctrl-C waits for the move: a 200.)"""
     import uvicorn
 
-    from apps.xiangqi import api
+    from apps.xiangqi import games
     from decision.serve.testing import free_port
 
     asked, release = threading.Event(), threading.Event()
@@ -689,14 +690,14 @@ def test_a_model_move_cut_off_by_a_forced_quit_is_a_json_503_and_plays_nothing(
         try:
             real_begin_save()
             saves.append("saved")
-        except api._GivenUp:
+        except games.GivenUp:
             saves.append("given up")
             raise
         finally:
             tried_to_save.set()
 
-    real_begin_save = api._begin_save
-    monkeypatch.setattr(api, "_begin_save", begin_save)
+    real_begin_save = games._begin_save
+    monkeypatch.setattr(games, "_begin_save", begin_save)
     app = create_app(db, WaitingPlayer())
     game = TestClient(app).post(GAMES, json={"model_side": "red"}).json()
     saves.clear()
@@ -738,37 +739,62 @@ def test_a_model_move_cut_off_by_a_forced_quit_is_a_json_503_and_plays_nothing(
 
 
 def test_a_request_given_up_is_told_what_became_of_its_save() -> None:
-    from apps.xiangqi.api import _Answer, _GivenUp
+    from apps.xiangqi.games import Answer, GivenUp
 
-    answer = _Answer()
+    answer = Answer()
     answer.begin_save()
     assert answer.give_up() == "saving"  # the save goes on; its end is not known yet
-    done = _Answer()
+    done = Answer()
     done.begin_save()
     done.end_save(True)
     assert done.give_up() == "saved"
-    failed = _Answer()
+    failed = Answer()
     failed.begin_save()
     failed.end_save(False)  # a stale version, say: nothing was written
     assert failed.give_up() == "unchanged"
-    late = _Answer()
+    late = Answer()
     assert late.give_up() == "unchanged"
-    with pytest.raises(_GivenUp):
+    with pytest.raises(GivenUp):
         late.begin_save()
 
 
 def test_a_failed_save_is_recorded_as_unchanged() -> None:
     """A store write that raises leaves its request's change "unchanged"."""
-    from apps.xiangqi import api
+    from apps.xiangqi import games
 
-    answer = api._Answer()
-    token = api._answer.set(answer)
-    try:
-        with pytest.raises(RuntimeError):
-            api._write(lambda: (_ for _ in ()).throw(RuntimeError("disk full")))
-    finally:
-        api._answer.reset(token)
+    with games.answering() as answer, pytest.raises(RuntimeError):
+        games._write(lambda: (_ for _ in ()).throw(RuntimeError("disk full")))
     assert answer.give_up() == "unchanged"
+
+
+def test_every_refusal_of_the_game_layer_has_its_status() -> None:
+    """api.py answers each ``GameError.kind`` with its status; a kind without one would be a
+    500 (a KeyError) instead of the JSON error. (No type checker runs here: the kinds raised are
+    read from the source.)"""
+    import re
+    import typing
+
+    from apps.xiangqi import api, games
+
+    kinds = set(typing.get_args(games.GameErrorKind))
+    assert set(GAME_ERROR_STATUS) == kinds
+    for module in (api, games):
+        raised = re.findall(r'GameError\(\s*"(\w+)"', Path(module.__file__).read_text())
+        assert raised and set(raised) <= kinds, module.__name__
+
+
+def test_the_game_layer_knows_nothing_of_http() -> None:
+    """apps.xiangqi.games (GameService) imports no web framework: the HTTP layer is api.py's."""
+    import subprocess
+    import sys
+
+    code = ("import sys, apps.xiangqi.games; "
+            "print(sorted(m for m in ('fastapi', 'starlette', 'pydantic', 'decision.serve') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_a_null_body_is_no_body_where_the_body_may_be_left_out(client: TestClient) -> None:

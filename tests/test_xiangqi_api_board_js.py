@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from apps.xiangqi import Board, Move
-from apps.xiangqi.api import GameService, static_dir
+from apps.xiangqi.api import static_dir
+from apps.xiangqi.games import GameService
 from apps.xiangqi.store import GameStore
 
 NODE = shutil.which("node") or shutil.which("nodejs")
