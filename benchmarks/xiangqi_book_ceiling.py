@@ -4,7 +4,7 @@
         [--positions 10000] [--seed 41]
 
 A validation position is "seen" when the same placement and side to move occurs in a training
-game (``apps.xiangqi.evaluate.position_key``; the agreement's "unseen" split is its complement).
+game (``apps.xiangqi.agreement.position_key``; the agreement's "unseen" split is its complement).
 For each seen position of the agreement sample (the same ``--positions`` and ``--seed`` as the
 ``evaluate agreement`` run that wrote ``AGREE.json``) this asks whether the move the training
 games played there most often (``apps.xiangqi.book.MoveBook``, ties broken by first occurrence)
@@ -26,12 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from apps.xiangqi.agreement import SamplePosition, agreement_sample  # noqa: E402
 from apps.xiangqi.book import MoveBook  # noqa: E402
-from apps.xiangqi.evaluate import (  # noqa: E402
-    DATA,
-    SamplePosition,
-    agreement_sample,
-)
+from apps.xiangqi.evaluate import DATA  # noqa: E402
 from apps.xiangqi.training import load_games  # noqa: E402
 
 # (last ply or training count of the bucket, its label); the last bucket takes the rest

@@ -42,20 +42,14 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
-from apps.xiangqi.core import Move  # noqa: E402
-from apps.xiangqi.dataset import data_dir  # noqa: E402
-from apps.xiangqi.evaluate import (  # noqa: E402
+from apps.xiangqi.agreement import (  # noqa: E402
     SamplePosition,
     agreement_sample,
     cached_training_keys,
 )
-from apps.xiangqi.model_player import (  # noqa: E402
-    DEFAULT_MARGIN,
-    MOVE_DECODERS,
-    decide_request,
-    guided_pick,
-    sound_moves,
-)
+from apps.xiangqi.core import Move  # noqa: E402
+from apps.xiangqi.dataset import data_dir  # noqa: E402
+from apps.xiangqi.model_player import MOVE_DECODERS, decide_request  # noqa: E402
 from apps.xiangqi.pooling import (  # noqa: E402
     POOL_FROM_PLY,
     board_ply,
@@ -64,6 +58,7 @@ from apps.xiangqi.pooling import (  # noqa: E402
 )
 from apps.xiangqi.render import move_question, position_document  # noqa: E402
 from apps.xiangqi.search import SearchConfig  # noqa: E402
+from apps.xiangqi.search_guided import DEFAULT_MARGIN, guided_pick, sound_moves  # noqa: E402
 from apps.xiangqi.symmetry import IDENTITY, SYMMETRIES  # noqa: E402
 from apps.xiangqi.training import load_games  # noqa: E402
 from decision import load_model  # noqa: E402

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/xiangqi_document_length.py [--positions 2000] [--seed 2026]
 
 The positions are the first ``--positions`` of the agreement sample
-(``apps.xiangqi.evaluate.agreement_sample``, validation games, the same ``--seed``), rendered as
+(``apps.xiangqi.agreement.agreement_sample``, validation games, the same ``--seed``), rendered as
 ``ModelPlayer`` renders them. Prints mean, median and maximum token counts of the whole
 document, of its parts (legal-move list, tactics lines) and of the question's text, which
 together with the document make the history every training row and every move decision encodes.
@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tokenizers import Tokenizer  # noqa: E402
 
-from apps.xiangqi.evaluate import DATA, agreement_sample  # noqa: E402
+from apps.xiangqi.agreement import agreement_sample  # noqa: E402
+from apps.xiangqi.evaluate import DATA  # noqa: E402
 from apps.xiangqi.render import legal_moves_line, sorted_legal_iccs, tactics_lines  # noqa: E402
 from apps.xiangqi.training import load_games  # noqa: E402
 

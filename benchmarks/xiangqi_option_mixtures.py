@@ -42,13 +42,13 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
-from apps.xiangqi.dataset import data_dir  # noqa: E402
-from apps.xiangqi.evaluate import (  # noqa: E402
+from apps.xiangqi.agreement import (  # noqa: E402
     SamplePosition,
     agreement_sample,
     cached_training_keys,
     move_request,
 )
+from apps.xiangqi.dataset import data_dir  # noqa: E402
 from apps.xiangqi.training import load_games  # noqa: E402
 from decision import load_model  # noqa: E402
 from decision.joint.engine import EngineConfig, decide_many  # noqa: E402

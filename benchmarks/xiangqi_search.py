@@ -4,11 +4,11 @@ repetition rule that every model player applies (depth 0 in the table).
     .venv/bin/python benchmarks/xiangqi_search.py                 # depths 1-3, 120 positions
     .venv/bin/python benchmarks/xiangqi_search.py --positions 300 --depths 2
 
-Times ``model_player.sound_moves`` (best score, then every legal move against the floor, then
+Times ``search_guided.sound_moves`` (best score, then every legal move against the floor, then
 the repetition filter) on validation positions at plies 10, 30 and 60 of the first games of
 ``../shared/data/xiangqi/valid-games.jsonl.gz``, and prints the median, 90th percentile and
 maximum milliseconds per position with the search nodes visited (median). Depth 0 times
-``model_player.repetition_safe_moves`` alone (no search: each move and each reply checked for a
+``repetition.repetition_safe_moves`` alone (no search: each move and each reply checked for a
 third occurrence), what ``ModelPlayer`` adds to a move. One process, one core.
 """
 
@@ -27,12 +27,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from apps.xiangqi.dataset import data_dir  # noqa: E402
-from apps.xiangqi.model_player import (  # noqa: E402
-    DEFAULT_MARGIN,
-    repetition_safe_moves,
-    sound_moves,
-)
+from apps.xiangqi.repetition import repetition_safe_moves  # noqa: E402
 from apps.xiangqi.search import SearchConfig, _Search  # noqa: E402
+from apps.xiangqi.search_guided import DEFAULT_MARGIN, sound_moves  # noqa: E402
 from apps.xiangqi.training import board_at, load_games  # noqa: E402
 
 

@@ -373,25 +373,25 @@ def test_eval_latency_is_each_batch_time_over_its_own_groups(
     assert summary == {"mean_ms": 4.0, "median_ms": 2.0, "p90_ms": 9.0}
 
 
-# ------------------------------------------------------------------ apps/xiangqi/evaluate.py
+# ------------------------------------------------------ apps/xiangqi/agreement.py, matches.py
 
 
 def test_xiangqi_phases_split_at_ply_20_and_80() -> None:
-    from apps.xiangqi.evaluate import _phase
+    from apps.xiangqi.agreement import game_phase
 
-    assert [_phase(p) for p in (0, 19, 20, 79, 80, 200)] == [
+    assert [game_phase(p) for p in (0, 19, 20, 79, 80, 200)] == [
         "opening (ply < 20)", "opening (ply < 20)", "middle (20-79)", "middle (20-79)",
         "late (80+)", "late (80+)"]
 
 
 def test_xiangqi_match_score_counts_unfinished_games_as_draws(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import apps.xiangqi.evaluate as ev
+    import apps.xiangqi.matches as matches
 
     # game i: the model is red when i is even; results in game order
     results: Iterator[str] = iter(["1-0", "1-0", "1/2-1/2", "*", "0-1", "0-1"])
-    monkeypatch.setattr(ev, "play_game", lambda red, black, max_plies: (next(results), []))
-    match = ev.play_match(SimpleNamespace(tokenizer=None), "random", games=6, concurrency=1)
+    monkeypatch.setattr(matches, "play_game", lambda red, black, max_plies: (next(results), []))
+    match = matches.play_match(SimpleNamespace(tokenizer=None), "random", games=6, concurrency=1)
     assert [r["outcome"] for r in match.results] == ["win", "loss", "draw", "unfinished",
                                                      "loss", "win"]
     assert (match.wins, match.draws, match.unfinished, match.losses) == (2, 1, 1, 2)

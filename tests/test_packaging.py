@@ -30,7 +30,7 @@ def _runtime_files() -> list[str]:
     from apps.contracts import web
     from apps.contracts.examples import EXAMPLES_DIR
     from apps.xiangqi import api
-    from apps.xiangqi.model_player import XIANGQI_CHECKPOINT
+    from apps.xiangqi.player_settings import XIANGQI_CHECKPOINT
     from decision.model.checkpoint import DEFAULT_MODEL_DIR
 
     found: list[Path] = []
@@ -95,7 +95,7 @@ site = Path(sys.argv[1]).resolve()
 import decision
 from fastapi.testclient import TestClient
 
-from apps.xiangqi.model_player import XIANGQI_CHECKPOINT
+from apps.xiangqi.player_settings import XIANGQI_CHECKPOINT
 from decision.serve.app import create_app
 from decision.serve.settings import ServeSettings
 

@@ -56,14 +56,14 @@ def test_terminal_game_ends_on_end_of_input() -> None:
 
 
 def test_loading_the_model_is_announced_only_when_a_model_loads(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from apps.xiangqi import model_player
+    from apps.xiangqi import player_settings
 
     args = parse(["xiangqi", "play", "--model-side", "red", "--model", "greedy"])
     out = io.StringIO()
     assert run_play(args, io.StringIO(""), out) == 0
     assert "model plays" in out.getvalue() and "loading the model" not in out.getvalue()
 
-    monkeypatch.setattr(model_player, "player_from_setting", lambda *a, **k: FirstMovePlayer())
+    monkeypatch.setattr(player_settings, "player_from_setting", lambda *a, **k: FirstMovePlayer())
     args = parse(["xiangqi", "play", "--model-side", "red", "--model", "default"])
     out = io.StringIO()
     assert run_play(args, io.StringIO(""), out) == 0

@@ -18,19 +18,18 @@ from fastapi.testclient import TestClient
 from apps.xiangqi import BLACK, RED, Board
 from apps.xiangqi.api import create_app
 from apps.xiangqi.core import Move
-from apps.xiangqi.model_player import (
-    ModelPlayer,
-    SearchGuidedPlayer,
+from apps.xiangqi.model_player import ModelPlayer
+from apps.xiangqi.player_settings import (
     player_from_setting,
     pooling_setting,
-    repetition_safe_moves,
     search_depth_setting,
-    sound_moves,
 )
 from apps.xiangqi.players import GreedyPlayer, RandomPlayer
 from apps.xiangqi.pooling import SymmetryPooling
 from apps.xiangqi.render import move_question, position_document, sorted_legal_iccs
+from apps.xiangqi.repetition import repetition_safe_moves
 from apps.xiangqi.search import MATE, SearchConfig, best_score, move_scores
+from apps.xiangqi.search_guided import SearchGuidedPlayer, sound_moves
 
 GAMES = "/api/xiangqi/games"
 
@@ -350,7 +349,7 @@ def test_a_vetoed_answer_gives_way_to_the_likeliest_sound_move() -> None:
 
 
 def test_moves_that_let_the_opponent_repeat_a_third_time_are_avoided() -> None:
-    from apps.xiangqi.model_player import _repetition_classes
+    from apps.xiangqi.repetition import repetition_classes
 
     board = Board()
     for iccs in "a0a1 i9i8 h0g2 a9a8 a1a0 i8i9 i0i1 i9i8 i1i0 b9c7 b0c2".split():
@@ -362,7 +361,7 @@ def test_moves_that_let_the_opponent_repeat_a_third_time_are_avoided() -> None:
     assert board.is_repetition(3)
     board.pop()
     board.pop()
-    assert _repetition_classes(board, {risky, quiet}) == ({quiet}, {risky, quiet})
+    assert repetition_classes(board, {risky, quiet}) == ({quiet}, {risky, quiet})
 
 
 # A won game the guided player (depth 3, margin 0) lost to the random mover by perpetual check:
@@ -456,7 +455,7 @@ def test_a_perpetual_check_the_no_capture_draw_ends_first_is_no_win(clock: int, 
     # cycle is played once more, three plies later (a1a0, the third occurrence of the position
     # after a5a0), unless the 120-ply draw comes first. The replay judged only the cycle's end
     # (where the repetition, checked before the clock, won), so a draw partway was not seen.
-    from apps.xiangqi.model_player import _repeats_to_win, _repetition_classes
+    from apps.xiangqi.repetition import repeats_to_win, repetition_classes
 
     board = Board(_with_clock("3k5/9/9/9/r1C5R/9/9/9/9/4K4 b - - 0 1", clock))
     for iccs in "a5a0 e0e1 a0a1 e1e0 a1a0".split():
@@ -464,7 +463,7 @@ def test_a_perpetual_check_the_no_capture_draw_ends_first_is_no_win(clock: int, 
     step = board.parse_iccs("e0e1")
     board.push(step)
     assert board.repetition_count() == 2 and board.outcome() is None
-    assert _repeats_to_win(board, RED) is wins
+    assert repeats_to_win(board, RED) is wins
     played = board.copy()  # the rules' verdict on the cycle played once more
     for iccs in "a0a1 e1e0 a1a0".split():
         if played.outcome() is None:
@@ -472,11 +471,11 @@ def test_a_perpetual_check_the_no_capture_draw_ends_first_is_no_win(clock: int, 
     end = played.outcome()
     assert end is not None and (end.winner == RED) is wins
     board.pop()
-    assert _repetition_classes(board, {step}) == (({step}, {step}) if wins else (set(), set()))
+    assert repetition_classes(board, {step}) == (({step}, {step}) if wins else (set(), set()))
 
 
 def test_a_repetition_the_player_would_lose_or_draw_is_still_avoided() -> None:
-    from apps.xiangqi.model_player import _repetition_classes
+    from apps.xiangqi.repetition import repetition_classes
 
     # the same cycle with the colours' parts swapped in meaning: Red is the side that checks
     # (from a9 and a8) and Black's general steps; Red repeating would lose by perpetual check
@@ -487,7 +486,7 @@ def test_a_repetition_the_player_would_lose_or_draw_is_still_avoided() -> None:
     board.push(repeat)
     assert board.repetition_count() == 2
     board.pop()
-    safe, fresh = _repetition_classes(board, {repeat})
+    safe, fresh = repetition_classes(board, {repeat})
     assert safe == set() and fresh == set()
 
 
@@ -633,14 +632,14 @@ def test_the_guided_player_judges_a_move_that_draws_by_the_no_capture_rule_by_th
     # the same position for sound_moves: a9a8 reaches the second occurrence of a position of
     # Red's perpetual check, which was vetoed as a repetition, though the game ends on it by the
     # 120-ply draw as on every other move (a margin that keeps every move within it)
-    from apps.xiangqi.model_player import _repetition_classes
+    from apps.xiangqi.repetition import repetition_classes
 
     board = _perpetual_red_at_clock(113)
     check = board.parse_iccs("a9a8")
     assert sound_moves(board, SearchConfig(depth=1), margin=1000.0) == set(board.legal_moves)
-    assert _repetition_classes(board, {check}) == ({check}, {check})
+    assert repetition_classes(board, {check}) == ({check}, {check})
     board = _perpetual_red_at_clock(112)  # a ply earlier: a repetition Red loses, as before
-    assert _repetition_classes(board, {check}) == (set(), set())
+    assert repetition_classes(board, {check}) == (set(), set())
     assert check not in sound_moves(board, SearchConfig(depth=1), margin=1000.0)
 
 
@@ -687,7 +686,7 @@ def test_an_unusable_search_margin_is_refused(model: Any, margin: float) -> None
 
 
 def test_check_player_setting(checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from apps.xiangqi.model_player import check_player_setting
+    from apps.xiangqi.player_settings import check_player_setting
 
     for good in ("random", "greedy", "auto", "default", str(checkpoint)):
         check_player_setting(good)

@@ -11,8 +11,9 @@ import pytest
 from test_xiangqi_pooling import HashModel, _random_game
 
 from apps.xiangqi.distil import label_rows, main, most_probable, teacher_probabilities
-from apps.xiangqi.model_player import ModelPlayer, repetition_safe_moves
+from apps.xiangqi.model_player import ModelPlayer
 from apps.xiangqi.pooling import SymmetryPooling, board_ply
+from apps.xiangqi.repetition import repetition_safe_moves
 from apps.xiangqi.train_player import load_player_config, row_source
 from apps.xiangqi.training import (
     MoveRowSource,

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apps.xiangqi import Board
+from apps.xiangqi.agreement import SamplePosition, agreement, pooled_requests, position_key
 from apps.xiangqi.core import Move
-from apps.xiangqi.evaluate import SamplePosition, agreement, pooled_requests, position_key
-from apps.xiangqi.model_player import ModelPlayer, SearchGuidedPlayer, repetition_safe_moves
+from apps.xiangqi.model_player import ModelPlayer
 from apps.xiangqi.pooling import (
     POOL_FROM_PLY,
     SymmetryPooling,
@@ -24,6 +24,8 @@ from apps.xiangqi.pooling import (
     pooled_pick,
     pooled_probabilities,
 )
+from apps.xiangqi.repetition import repetition_safe_moves
+from apps.xiangqi.search_guided import SearchGuidedPlayer
 from apps.xiangqi.symmetry import IDENTITY, SYMMETRIES, Symmetry
 from apps.xiangqi.training import example_at
 

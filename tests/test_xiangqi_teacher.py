@@ -13,8 +13,8 @@ import pytest
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import Move
 from apps.xiangqi.dataset import replay
-from apps.xiangqi.model_player import SearchGuidedPlayer, sound_moves
 from apps.xiangqi.search import SearchConfig
+from apps.xiangqi.search_guided import SearchGuidedPlayer, sound_moves
 from apps.xiangqi.teacher import TEACHER_CATEGORY, collect, label, main
 from apps.xiangqi.train_player import load_player_config
 from apps.xiangqi.training import (

@@ -9,19 +9,20 @@ from typing import Any
 import pytest
 import torch
 
-from apps.xiangqi.board import Board
-from apps.xiangqi.book import MoveBook
-from apps.xiangqi.evaluate import (
-    BatchingModel,
+from apps.xiangqi.agreement import (
     agreement,
     agreement_sample,
     baseline_agreement,
     move_timing,
-    play_match,
     position_key,
     training_keys,
 )
-from apps.xiangqi.model_player import XIANGQI_CHECKPOINT, ModelPlayer
+from apps.xiangqi.batching import BatchingClosed, BatchingModel
+from apps.xiangqi.board import Board
+from apps.xiangqi.book import MoveBook
+from apps.xiangqi.matches import play_match
+from apps.xiangqi.model_player import ModelPlayer
+from apps.xiangqi.player_settings import XIANGQI_CHECKPOINT
 from apps.xiangqi.pooling import SymmetryPooling, board_ply
 from apps.xiangqi.render import move_question, position_document
 from apps.xiangqi.search import SearchConfig
@@ -282,7 +283,7 @@ def test_book_targets_label_recurring_positions_with_the_most_frequent_move(
 def test_sound_sets_are_the_target_and_the_moves_the_blunder_check_keeps(
     games: list[GameRecord], tokenizer: Any
 ) -> None:
-    from apps.xiangqi.model_player import sound_moves
+    from apps.xiangqi.search_guided import sound_moves
 
     refs = sample_positions(games, 12, seed=4)
     plain = MoveRowSource(games, refs, tokenizer)
@@ -428,20 +429,20 @@ def test_an_interrupted_match_stops_its_games_at_once(
     those in play fail at their next model move, none is counted or written as finished."""
     import io
 
-    import apps.xiangqi.evaluate as evaluate
+    import apps.xiangqi.matches as matches
     from decision.progress import Progress
 
     started: list[int] = []
-    monkeypatch.setattr(evaluate, "_opponent", lambda name, seed: _InterruptingOpponent(
+    monkeypatch.setattr(matches, "_opponent", lambda name, seed: _InterruptingOpponent(
         seed, 3 if seed == 0 else 10**6, started))
     batches: list[BatchingModel] = []
-    real = evaluate.BatchingModel
+    real = matches.BatchingModel
 
     def recording(*args: Any, **kwargs: Any) -> BatchingModel:
         batches.append(real(*args, **kwargs))
         return batches[-1]
 
-    monkeypatch.setattr(evaluate, "BatchingModel", recording)
+    monkeypatch.setattr(matches, "BatchingModel", recording)
     stream, log = io.StringIO(), tmp_path / "games.jsonl"
     bar = Progress(12, label="match", unit="games", stream=stream)
     with pytest.raises(KeyboardInterrupt):
@@ -451,7 +452,7 @@ def test_an_interrupted_match_stops_its_games_at_once(
     assert len(started) <= 4
     assert not log.exists() and bar.done == 0
     assert batches[0]._closed and not batches[0]._thread.is_alive()
-    with pytest.raises(evaluate.BatchingClosed):  # a late model move fails, not waits
+    with pytest.raises(BatchingClosed):  # a late model move fails, not waits
         batches[0].decide("doc", [])
 
 
@@ -965,7 +966,7 @@ def test_the_training_keys_cache_is_read_only_for_its_own_games(
     came out of it without a word."""
     import gzip
 
-    from apps.xiangqi.evaluate import cached_training_keys
+    from apps.xiangqi.agreement import cached_training_keys
 
     def write(name: str, records: list[GameRecord]) -> Path:
         path = tmp_path / name

@@ -35,7 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from apps.xiangqi.games import GameError, GameErrorKind, GameService, answering
 from apps.xiangqi.games import replay as replay  # re-exported: tests/test_xiangqi_store_durability
-from apps.xiangqi.model_player import Player, check_player_setting, player_from_setting
+from apps.xiangqi.player_settings import check_player_setting, player_from_setting
+from apps.xiangqi.players import Player
 from apps.xiangqi.store import GameStore, GameStoreUnusable, check_store_path
 from decision.errors import DecisionInputError
 from decision.serve.api import INVALID_REQUEST_RESPONSES

@@ -1,7 +1,7 @@
 """What the training games played in each position: a move book keyed by position.
 
 A :class:`MoveBook` counts, for every position that occurs in a set of games (placement and
-side to move, :func:`apps.xiangqi.evaluate.position_key`'s Zobrist hash), the moves played
+side to move, :func:`apps.xiangqi.agreement.position_key`'s Zobrist hash), the moves played
 there. Its :meth:`MoveBook.most_common` is the move played most often (ties broken by first
 occurrence in the games' order). Training uses it to give a position that recurs in the
 training games one consistent target, the masters' most frequent move there, instead of

@@ -90,9 +90,9 @@ def run_play(
     player_factory: Callable[[], object] | None = None,
 ) -> int:
     """A game in the terminal: you type ICCS moves, the model answers for its side."""
-    from apps.xiangqi.model_player import (
+    from apps.xiangqi.model_player import choose_move
+    from apps.xiangqi.player_settings import (
         check_player_setting,
-        choose_move,
         player_from_setting,
         setting_loads_model,
     )
@@ -170,7 +170,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from apps.xiangqi.api import create_app
-    from apps.xiangqi.model_player import check_player_setting, player_from_setting
+    from apps.xiangqi.player_settings import check_player_setting, player_from_setting
 
     if not 0 <= args.port <= 65535:  # else a traceback from the socket once the server starts
         raise DecisionInputError(f"--port must be from 0 to 65535, got {args.port}", "port")

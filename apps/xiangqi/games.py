@@ -25,8 +25,9 @@ from typing import Any, Literal
 from apps.xiangqi.board import NO_CAPTURE_LIMIT, Board
 from apps.xiangqi.core import COLOR_NAMES, Move
 from apps.xiangqi.errors import IllegalMove
-from apps.xiangqi.model_player import Player, choose_move
+from apps.xiangqi.model_player import choose_move
 from apps.xiangqi.outcome import Termination
+from apps.xiangqi.players import Player
 from apps.xiangqi.render import sorted_legal_iccs
 from apps.xiangqi.store import (
     GameBusy,

@@ -115,7 +115,7 @@ def tactics_lines(board: Board, legal: list[Move] | None = None) -> list[str]:
 def move_question(board: Board, moves: list[Move] | None = None) -> dict[str, Any]:
     """A ``choice`` question among the legal moves in ICCS (same order as the document), or
     among ``moves``, legal ones the caller chose (the player leaves out a move that lets the game
-    end by repetition at once: ``model_player.repetition_safe_moves``).
+    end by repetition at once: ``repetition.repetition_safe_moves``).
 
     Raises :class:`XiangqiError` when the side to move has no legal move (the game is over).
     """

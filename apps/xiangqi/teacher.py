@@ -31,8 +31,8 @@ from typing import Any
 
 from apps.xiangqi.board import Board
 from apps.xiangqi.core import BLACK, RED, Move
-from apps.xiangqi.model_player import SearchGuidedPlayer
 from apps.xiangqi.players import GreedyPlayer, RandomPlayer
+from apps.xiangqi.search_guided import SearchGuidedPlayer
 
 TEACHER_CATEGORY = "teacher"
 OPPONENTS = ("random", "greedy")

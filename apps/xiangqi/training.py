@@ -29,10 +29,10 @@ from apps.xiangqi.board import Board
 from apps.xiangqi.book import MoveBook
 from apps.xiangqi.core import COLOR_NAMES, Move
 from apps.xiangqi.dataset import iter_games, start_board
-from apps.xiangqi.model_player import sound_moves
 from apps.xiangqi.pooling import board_ply
 from apps.xiangqi.render import move_question, position_document
 from apps.xiangqi.search import SearchConfig
+from apps.xiangqi.search_guided import sound_moves
 from apps.xiangqi.symmetry import IDENTITY, SYMMETRIES, Symmetry
 from decision.errors import DecisionInputError
 from decision.joint.layout import build_layout
@@ -391,8 +391,8 @@ class MoveRowSource:
 
     ``sound_depth`` >= 1 (the option-set loss): each row carries, as its set of acceptable
     moves, the target and the moves a material search of that depth keeps within 0 of the best
-    (:func:`apps.xiangqi.model_player.sound_moves`, the blunder check of
-    :class:`~apps.xiangqi.model_player.SearchGuidedPlayer`), so the loss moves probability
+    (:func:`apps.xiangqi.search_guided.sound_moves`, the blunder check of
+    :class:`~apps.xiangqi.search_guided.SearchGuidedPlayer`), so the loss moves probability
     off the moves that check would veto; 0 gives no set.
 
     ``aux`` in ``AUX_KINDS`` with ``aux_share`` > 0 (multi-task): that share of the rows of
