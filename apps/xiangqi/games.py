@@ -241,6 +241,15 @@ class GameService:
         except GameNotFound as e:
             raise GameError("not_found", str(e), "game_id") from None
 
+    def _to_play(self, game_id: str, version: int | None) -> tuple[GameRecord, Board, str]:
+        """The game (at ``version`` when given, else ``conflict``), its board and the colour to
+        move; a finished game -> ``game_over``. Called with the game's lock held."""
+        record = self._get(game_id)
+        self._check_version(record, version)
+        board = replay(record)
+        self._check_playable(board)
+        return record, board, COLOR_NAMES[board.turn]
+
     @staticmethod
     def _check_version(record: GameRecord, version: int | None) -> None:
         if version is not None and version != record.version:
@@ -305,11 +314,7 @@ class GameService:
         ``game_over``; not a move or illegal -> ``invalid_move`` or ``illegal_move`` with the
         legal moves."""
         with self._changing(game_id):
-            record = self._get(game_id)
-            self._check_version(record, version)
-            board = replay(record)
-            self._check_playable(board)
-            turn = COLOR_NAMES[board.turn]
+            record, board, turn = self._to_play(game_id, version)
             if record.model_side == turn:
                 raise GameError(
                     "not_your_turn",
@@ -338,11 +343,7 @@ class GameService:
     def model_move(self, game_id: str, version: int | None = None) -> dict[str, Any]:
         """Let the model play the side to move (its side, or either side when it plays none)."""
         with self._changing(game_id):
-            record = self._get(game_id)
-            self._check_version(record, version)
-            board = replay(record)
-            self._check_playable(board)
-            turn = COLOR_NAMES[board.turn]
+            record, board, turn = self._to_play(game_id, version)
             if record.model_side not in (turn, "none"):
                 raise GameError(
                     "not_model_turn",
