@@ -228,6 +228,29 @@ def test_player_settings() -> None:
         player_from_setting("/nonexistent/checkpoint")
 
 
+def test_auto_refuses_xiangqi_weights_without_their_config(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export moves config.json into models/xiangqi last (and removes it first): ``auto``
+    took a directory without it for no Xiangqi model at all and played the untrained default
+    model instead, cached by the service until its restart. It refuses to load now (the service
+    answers 503 and asks again at the next model move)."""
+    import shutil
+
+    from apps.xiangqi import player_settings
+    from decision.errors import CheckpointError
+
+    shipped = tmp_path / "xiangqi"
+    shutil.copytree(checkpoint, shipped)
+    monkeypatch.setattr(player_settings, "XIANGQI_CHECKPOINT", shipped)
+    assert player_from_setting("auto", search=0).name == "xiangqi-model"
+    (shipped / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="config.json"):
+        player_from_setting("auto", search=0)
+    shutil.rmtree(shipped)  # no Xiangqi model at all: the default model, as before
+    assert player_from_setting("auto", search=0).name == "default-model (untrained on xiangqi)"
+
+
 def test_search_settings(checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert type(player_from_setting(str(checkpoint), search=0)) is ModelPlayer
     assert isinstance(player_from_setting(str(checkpoint)), SearchGuidedPlayer)  # the default

@@ -83,6 +83,12 @@ def _has_checkpoint(path: Path) -> bool:
     return (path / "config.json").is_file()
 
 
+def _has_weights(path: Path) -> bool:
+    """Weight files (or their index) in ``path``: with no config.json beside them, a model an
+    export is moving in (config.json comes last) or one it was killed in the middle of."""
+    return any(path.glob("*.safetensors")) or (path / "model.safetensors.index.json").is_file()
+
+
 _UNTRAINED = "default-model (untrained on xiangqi)"
 
 
@@ -115,9 +121,12 @@ def player_from_setting(
 
     depth = search_depth_setting(search)
     pool = pooling_setting(pooling, depth)
-    if value == "auto" and _has_checkpoint(XIANGQI_CHECKPOINT):
-        model = load_model(str(XIANGQI_CHECKPOINT), device=device)
-        return _player(model, "xiangqi-model", depth, pool)
+    shipped = XIANGQI_CHECKPOINT
+    if value == "auto" and (_has_checkpoint(shipped) or _has_weights(shipped)):
+        # weights without config.json (an export under way, or killed midway) refuse to load
+        # ("missing config.json"; the service asks again at the next model move) rather than
+        # playing the untrained default model in the Xiangqi model's place for good
+        return _player(load_model(str(shipped), device=device), "xiangqi-model", depth, pool)
     if value in ("auto", "default"):
         if service is not None:
             return _player(ServiceModel(service), _UNTRAINED, depth, pool)
