@@ -231,6 +231,9 @@ def test_an_export_that_cannot_be_written_is_one_line_and_keeps_the_checkpoint(
     assert f"checkpoint {out / 'checkpoint'} is whole" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "tiny.json"]
     assert load_trainer_state(out / "checkpoint")["step"] == 2
+    # the export failed inside the run's hold of its fresh directory: the lock file stays
+    # beside the checkpoint (it was removed as if the directory held nothing of the run)
+    assert (out / ".run.lock").is_file()
 
 
 def test_the_xiangqi_player_export_that_cannot_be_written_keeps_dest(
@@ -389,12 +392,12 @@ def test_an_export_only_from_a_directory_a_run_holds_is_refused_at_once(
     assert (dest / "model.safetensors").is_file() and not lock_is_held(out)
 
 
-def test_an_export_only_from_a_run_directory_it_cannot_write_goes_on_with_a_warning(
+def test_an_export_only_from_another_users_run_directory_goes_on_with_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Another user's run directory, read-only to us, cannot be held (the lock file is opened
-    for writing) and no run of ours can start there: its export is written without the lock,
-    with a warning, as before the lock, rather than refused."""
+    """Another user's run directory cannot be held (its lock file is theirs; or a lock file of
+    ours would refuse their own runs): its export is written without the lock, with a warning,
+    as before the lock, rather than refused."""
     from apps.xiangqi import train_player
 
     out, dest = tmp_path / "run", tmp_path / "player"
@@ -412,16 +415,33 @@ def test_an_export_only_from_a_run_directory_it_cannot_write_goes_on_with_a_warn
     def not_held(out_dir: str) -> None:
         raise AssertionError(f"{out_dir} was held")
 
-    monkeypatch.setattr(train_player, "_writable", lambda directory: directory != out)
+    monkeypatch.setattr(train_player, "_can_hold", lambda directory: directory != out)
     monkeypatch.setattr(train_player, "hold_run_dir", not_held)
     assert train_player.main(["--config", str(player), "--export-only", "--export",
                               str(dest)]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[0].endswith(f"] warning: the run directory {out} is not writable: exported "
+    assert err[0].endswith(f"] warning: the run directory {out} is another user's: exported "
                            "without holding it (a run its owner starts there meanwhile is not "
                            "waited for)")
     assert err[-1].endswith(f"] exported bf16 model to {dest}")
     assert (dest / "model.safetensors").is_file()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a directory to another user (chown)")
+def test_an_export_only_leaves_no_lock_file_in_another_users_directory(tmp_path: Path) -> None:
+    """In a shared (group- or world-writable) run directory of another user, --export-only
+    created .run.lock, 0644 and ours, and the owner's own --resume then could not open it for
+    writing ("cannot write in the run directory"). Such a directory is not held; one of our own,
+    or one whose lock file we may write, is."""
+    from apps.xiangqi.train_player import _can_hold
+
+    theirs, ours = tmp_path / "theirs", tmp_path / "ours"
+    theirs.mkdir(mode=0o777)
+    ours.mkdir()
+    os.chown(theirs, 65534, 65534)  # nobody's
+    assert not _can_hold(theirs) and _can_hold(ours)
+    (theirs / ".run.lock").touch(mode=0o666)  # a lock file there, writable by us: held
+    assert _can_hold(theirs)
 
 
 def test_a_tokenizer_that_cannot_be_written_is_one_line(

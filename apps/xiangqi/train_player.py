@@ -74,6 +74,7 @@ from decision.train.config import (
 from decision.train.loop import LoopHooks, train_loop
 from decision.train.recipe import (
     EVALS_NAME,
+    RUN_LOCK,
     TrainResult,
     begin_run,
     check_export_dest,
@@ -534,21 +535,25 @@ def main(argv: list[str] | None = None) -> int:
 def export_only(run_dir: Path, dest: str) -> None:
     """``--export-only``: export the run's checkpoint with the run directory held as a training
     run holds it (a run started into the directory, or still running there, would otherwise swap
-    the checkpoint while it is recovered and read). A run directory this user cannot write
-    (another user's run) cannot be held, and no run of this user can start there: it is exported
-    without the lock, with a warning."""
-    if run_dir.is_dir() and not _writable(run_dir):
-        log(f"warning: the run directory {run_dir} is not writable: exported without holding it "
-            "(a run its owner starts there meanwhile is not waited for)")
+    the checkpoint while it is recovered and read). Another user's run directory cannot be held
+    (its lock file is theirs, or there is none and a lock file of ours would then refuse their
+    own runs): it is exported without the lock, with a warning."""
+    if run_dir.is_dir() and not _can_hold(run_dir):
+        log(f"warning: the run directory {run_dir} is another user's: exported without holding "
+            "it (a run its owner starts there meanwhile is not waited for)")
         export(recover_checkpoint(run_dir), dest)
         return
     with hold_run_dir(str(run_dir)):
         export(recover_checkpoint(run_dir), dest)
 
 
-def _writable(directory: Path) -> bool:
-    """Whether this process may create files in ``directory`` (the run lock's file)."""
-    return os.access(directory, os.W_OK | os.X_OK)
+def _can_hold(directory: Path) -> bool:
+    """Whether this process may hold the run directory as a run does: open its lock file for
+    writing, or, where there is none yet, create one in a directory of its own."""
+    lock = directory / RUN_LOCK
+    if lock.exists():
+        return os.access(lock, os.R_OK | os.W_OK)
+    return os.access(directory, os.W_OK | os.X_OK) and directory.stat().st_uid == os.geteuid()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -224,7 +224,9 @@ def hold_run_dir(out_dir: str) -> Iterator[None]:
         try:
             yield
         except BaseException:
-            if made:  # a directory of this run alone: its lock file goes with it
+            # a directory of this run alone, still empty: its lock file goes with it (one the
+            # run wrote into keeps it: "the file stays")
+            if made and {p.name for p in out.iterdir()} <= {RUN_LOCK}:
                 lock.unlink(missing_ok=True)
             for path in made:  # innermost first; only what is still empty
                 with contextlib.suppress(OSError):
