@@ -357,7 +357,7 @@ class _RangeCheckedFile(FileResponse):
         else:  # Starlette's 416 names the size in its Content-Range
             size = Headers(raw=refused.get("headers", [])).get("content-range", "*/").split("/")[-1]
         if refused["status"] == 416 or not reason:
-            reason = f"no range of it lies within the file's {size} bytes"
+            reason = f"a range of it starts past the end of the file ({size} bytes)"
         else:  # "Range header: start must be less than end", "Only support bytes range"
             reason = reason.removeprefix("Range header: ")
             reason = reason[:1].lower() + reason[1:].rstrip(".")
