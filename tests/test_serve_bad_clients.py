@@ -246,7 +246,7 @@ def test_a_body_sent_slowly_but_within_the_timeout_is_decided(
         [(status, _, body)] = _responses(_read_response(sock))
     assert status == 200, body
     assert engine.batches == [["Slow but in time."]]
-    assert metrics.requests.value(outcome="ok") == 1
+    assert _counted(metrics, "ok") == 1
 
 
 def test_a_client_that_leaves_while_queued_keeps_no_slot_and_is_never_decided(
