@@ -4,4 +4,5 @@ import sys
 
 from decision.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when imported (pydoc, autodoc walking the package)
+    sys.exit(main())
