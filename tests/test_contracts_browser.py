@@ -321,7 +321,8 @@ def test_presets_or_examples_that_fail_to_load_are_reported(server: str, browser
 def test_a_health_request_that_fails_says_the_service_cannot_be_reached(
         server: str, browser: Any) -> None:
     """/health failing at page load (no answer at all, a 503) left the model line empty and said
-    nothing; it is named in the error banner with the reason, as the presets and examples are."""
+    nothing; it is named in the error banner with the reason, as the presets and examples are,
+    and the model line says whether the service answered at all."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -339,7 +340,7 @@ def test_a_health_request_that_fails_says_the_service_cannot_be_reached(
     page.route("**/health", lambda route: route.fulfill(status=503, body=""))
     page.reload()
     page.wait_for_function("window.demo && window.demo.ready", timeout=30_000)
-    assert page.inner_text("#model-line") == "The service cannot be reached: answers will fail."
+    assert page.inner_text("#model-line") == "The service is not healthy: answers may fail."
     assert page.inner_text("#error-general").startswith(
         "Could not load the service's health (the service answered HTTP 503)")
 

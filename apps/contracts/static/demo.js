@@ -571,9 +571,9 @@ async function load(url) {
   try {
     const reply = await getJson(url);
     if (reply.ok) return { data: reply.data };
-    return { failure: replyError(reply).message };
+    return { failure: replyError(reply).message, answered: true };
   } catch (exc) {
-    return { failure: `cannot reach the service (${exc.message || exc})` };
+    return { failure: `cannot reach the service (${exc.message || exc})`, answered: false };
   }
 }
 
@@ -606,7 +606,9 @@ async function init() {
       ? `Model: ${health.data.model}` : "The model is not loaded yet: answers will fail.";
   } else {
     // No answer, a network error or a 5xx: the model line stayed empty without a word.
-    $("model-line").textContent = "The service cannot be reached: answers will fail.";
+    $("model-line").textContent = health.answered
+      ? "The service is not healthy: answers may fail."
+      : "The service cannot be reached: answers will fail.";
   }
   const failed = [];
   if (presets.failure) failed.push(`the question sets (${presets.failure})`);
