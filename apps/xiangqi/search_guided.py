@@ -25,7 +25,7 @@ from apps.xiangqi.model_player import (
 )
 from apps.xiangqi.pooling import SymmetryPooling
 from apps.xiangqi.repetition import repetition_classes
-from apps.xiangqi.search import SearchConfig
+from apps.xiangqi.search import MATE, SearchConfig, best_score, move_scores
 
 DEFAULT_SEARCH_DEPTH = 3
 # depth 3 and margin 0 (soldier units a move may lose against the best searched move) were
@@ -96,7 +96,6 @@ def sound_moves(board: Board, search: SearchConfig, margin: float) -> set[Move]:
     not know the repetition rule, so the move that makes the third occurrence of the opponent's
     perpetual check scored as a quiet move, and a capture could veto it.
     """
-    from apps.xiangqi.search import MATE, best_score, move_scores
 
     legal = board.legal_moves
     winning = _winning_at_once(board, legal)
