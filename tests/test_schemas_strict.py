@@ -116,14 +116,14 @@ def test_counted_repeats_compile_at_once(ctx, regex: str, monkeypatch) -> None:
     import re
     from collections import OrderedDict
 
-    from decision.schemas import PatternAnswer, compile_answer
+    from decision.schemas import PatternAnswer, compile_answer, regex_index
     from decision.schemas import compile as compile_module
 
     # "at once": within 1 s of the compiling child's CPU time (these take ~0.01-0.03 s; the
     # unanchored states took past 10 s), else it is refused. CPU time, unlike wall time, does
     # not grow with the machine's load. Caches of this test's own: compiled here, not found
     # compiled by an earlier test, and a refusal at 1 s is not remembered for later ones.
-    monkeypatch.setattr(compile_module, "COMPILE_CPU_LIMIT_S", 1)
+    monkeypatch.setattr(regex_index, "COMPILE_CPU_LIMIT_S", 1)
     monkeypatch.setattr(compile_module, "_automata", OrderedDict())
     monkeypatch.setattr(compile_module, "_automata_bytes", 0)
     monkeypatch.setattr(compile_module, "_refused", OrderedDict())
@@ -149,10 +149,10 @@ def _accepts(automaton, ids: list[int]) -> bool:
 
 def test_a_refused_regex_is_refused_again_at_once(ctx, monkeypatch) -> None:
     from decision.errors import SchemaError
-    from decision.schemas import PatternAnswer, compile_answer
+    from decision.schemas import PatternAnswer, compile_answer, regex_index
     from decision.schemas import compile as compile_module
 
-    monkeypatch.setattr(compile_module, "COMPILE_CPU_LIMIT_S", 1)
+    monkeypatch.setattr(regex_index, "COMPILE_CPU_LIMIT_S", 1)
     calls = []
     real = compile_module.compile_regex
 
@@ -178,16 +178,16 @@ def test_a_compile_starved_of_wall_time_is_not_remembered(ctx, monkeypatch) -> N
     """The wall-time safety net says the machine was busy, not that the regex is too large: the
     same schema compiles when sent again."""
     from decision.errors import SchemaError
-    from decision.schemas import PatternAnswer, compile_answer
+    from decision.schemas import PatternAnswer, compile_answer, regex_index
     from decision.schemas import compile as compile_module
 
     answer = PatternAnswer(regex="[0-9]{3}-x[a-c]{2}", max_tokens=12)  # never sent elsewhere
-    monkeypatch.setattr(compile_module, "COMPILE_WALL_LIMIT_S", 0.0)
+    monkeypatch.setattr(regex_index, "COMPILE_WALL_LIMIT_S", 0.0)
     with pytest.raises(compile_module.CompileBusyError) as busy:
         compile_answer(answer, ctx, "questions.1.answer")
     assert isinstance(busy.value, SchemaError)
     assert busy.value.field == "questions.1.answer.regex" and "wall time" in busy.value.message
-    monkeypatch.setattr(compile_module, "COMPILE_WALL_LIMIT_S", 60.0)
+    monkeypatch.setattr(regex_index, "COMPILE_WALL_LIMIT_S", 60.0)
     automaton = compile_answer(answer, ctx, "questions.1.answer")
     assert automaton.num_states > 1
 
@@ -211,12 +211,13 @@ def test_a_child_stopped_while_sending_is_a_schema_error(ctx, monkeypatch) -> No
 
     from decision.errors import SchemaError
     from decision.schemas import compile as compile_module
+    from decision.schemas import regex_index
 
     def cut_short(conn, *args) -> None:  # pragma: no cover - subprocess
         conn._send(struct.pack("!i", 1 << 20) + b"x" * 100)  # a 1 MiB message's first bytes
         os.kill(os.getpid(), signal.SIGXCPU)
 
-    monkeypatch.setattr(compile_module, "_child", cut_short)
+    monkeypatch.setattr(regex_index, "_child", cut_short)
     with pytest.raises(SchemaError, match="within 1 s of CPU time"):
         compile_module.compile_regex("[a-c]{2}", ctx, budget=4, cpu_limit=1)
 
@@ -226,17 +227,17 @@ def test_a_long_choice_compiles_under_the_guard(ctx, monkeypatch) -> None:
     options of 256 tokens took ~12 s and ~640 MB there before the state limit refused them. A
     choice whose regex is longer than GUARD_CHOICES_OVER_CHARS compiles in the limited child,
     to the same automaton; a short one stays in process."""
-    from decision.schemas import ChoiceAnswer, compile_answer
+    from decision.schemas import ChoiceAnswer, compile_answer, regex_index
     from decision.schemas import compile as compile_module
 
     calls: list[str] = []
-    guarded = compile_module._guarded_transitions
+    guarded = regex_index._guarded_transitions
 
     def spy(regex: str, *args: Any) -> Any:
         calls.append(regex)
         return guarded(regex, *args)
 
-    monkeypatch.setattr(compile_module, "_guarded_transitions", spy)
+    monkeypatch.setattr(regex_index, "_guarded_transitions", spy)
     short = ChoiceAnswer(options=["yes", "no", "not stated"])
     compile_answer(short, ctx, "q")
     assert calls == []
@@ -257,10 +258,10 @@ def test_the_memory_limit_stops_the_child(ctx, monkeypatch) -> None:
     from collections import OrderedDict
 
     from decision.errors import SchemaError
-    from decision.schemas import JsonAnswer, compile_answer
+    from decision.schemas import JsonAnswer, compile_answer, regex_index
     from decision.schemas import compile as compile_module
 
-    monkeypatch.setattr(compile_module, "COMPILE_MEMORY_LIMIT_BYTES", 96 << 20)
+    monkeypatch.setattr(regex_index, "COMPILE_MEMORY_LIMIT_BYTES", 96 << 20)
     # its own refusal cache: a refusal of this schema remembered earlier in the session (at the
     # real limit) would answer for it, and its 96 MiB one must not answer for later tests
     monkeypatch.setattr(compile_module, "_refused", OrderedDict())
@@ -302,12 +303,12 @@ def test_the_automaton_cache_is_bounded_in_bytes(ctx, monkeypatch) -> None:
 _ORPHAN_SCRIPT = """
 import multiprocessing, os, sys, threading, time
 from decision.model import load_model
-from decision.schemas import compile as compile_module
+from decision.schemas import compile as compile_module, regex_index
 ctx = compile_module.tokenizer_context(load_model(sys.argv[1]).tokenizer)
 # a compile that never ends and takes no CPU or memory (no limit of the child's would end it):
 # a read from a pipe whose write end the child holds too
 never, keep = os.pipe()
-compile_module._index_transitions = lambda *args: os.read(never, 1)
+regex_index._index_transitions = lambda *args: os.read(never, 1)
 threading.Thread(target=compile_module.compile_regex, args=("ab", ctx, 8),
                  daemon=True).start()
 while not multiprocessing.active_children():

@@ -749,21 +749,21 @@ def test_a_schema_the_busy_machine_could_not_compile_is_503_then_compiles(
 ) -> None:
     """The compile's wall-time safety net tripping says the machine was busy, not that the
     schema is bad: 503 with Retry-After, and the same request succeeds once there is time."""
-    from decision.schemas import compile as compile_module
+    from decision.schemas import regex_index
 
     body = _body(max_steps=1)
     body["questions"] = [_q("code", {"type": "pattern", "regex": "Z[0-9]{2}-[d-f]{3}",
                                      "max_tokens": 12}, "Code?")]
     with running_server(create_app(ServeSettings(include_apps=False),
                                    engine=ModelEngine.load(str(checkpoint)))) as url:
-        monkeypatch.setattr(compile_module, "COMPILE_WALL_LIMIT_S", 0.0)
+        monkeypatch.setattr(regex_index, "COMPILE_WALL_LIMIT_S", 0.0)
         busy = httpx.post(f"{url}/decide", json=body, timeout=60)
         assert busy.status_code == 503, busy.text
         assert busy.headers["retry-after"] == "1"
         error = busy.json()["error"]
         assert error["type"] == "unavailable" and "busy" in error["message"]
         assert error["field"] == "questions.0.answer.pattern.regex"
-        monkeypatch.setattr(compile_module, "COMPILE_WALL_LIMIT_S", 60.0)
+        monkeypatch.setattr(regex_index, "COMPILE_WALL_LIMIT_S", 60.0)
         again = httpx.post(f"{url}/decide", json=body, timeout=60)
         assert again.status_code == 200, again.text
         assert re.fullmatch("Z[0-9]{2}-[d-f]{3}", again.json()["answers"][0]["value"])
