@@ -323,7 +323,7 @@ def test_resume_continues_exactly(tiny_runs: dict[str, object]) -> None:
 
 def test_checkpoint_loads_with_tokenizer_and_exports_bf16(tiny_runs: dict[str, object]) -> None:
     from decision.model import load_model
-    from decision.train.recipe import export_checkpoint
+    from decision.train.export import export_checkpoint
 
     ckpt = tiny_runs["full"].checkpoint  # type: ignore[attr-defined]
     out = export_checkpoint(ckpt, Path(tiny_runs["dir"]) / "export")  # type: ignore[arg-type]
@@ -627,7 +627,7 @@ def test_an_interrupted_export_keeps_the_previous_one(
 ) -> None:
     from decision.model import DecisionModel, load_model
     from decision.model.testing import save_killed_midway
-    from decision.train.recipe import export_checkpoint
+    from decision.train.export import export_checkpoint
 
     ckpt = tiny_runs["full"].checkpoint  # type: ignore[attr-defined]
     dest = export_checkpoint(ckpt, tmp_path / "export")
@@ -864,7 +864,7 @@ def test_export_refuses_a_directory_it_would_destroy(
 ) -> None:
     """export_checkpoint replaced its destination whole: the run directory itself (checkpoint
     included), or any directory of the user's, was deleted."""
-    from decision.train.recipe import export_checkpoint
+    from decision.train.export import export_checkpoint
 
     ckpt = tiny_runs["full"].checkpoint  # type: ignore[attr-defined]
     run = ckpt.parent

@@ -127,7 +127,7 @@ def test_a_resume_while_the_run_still_trains_is_refused_and_a_kill_frees_it(
 def test_a_run_directory_held_in_this_process_is_refused_too(tmp_path: Path) -> None:
     """The lock is the directory's: another run of this process is refused as well, and a
     refused fresh run leaves no directory behind."""
-    from decision.train.recipe import hold_run_dir
+    from decision.train.run_dir import hold_run_dir
 
     out = tmp_path / "run"
     with hold_run_dir(str(out)):
@@ -261,7 +261,7 @@ def test_a_xiangqi_player_run_into_a_held_directory_is_refused(
 ) -> None:
     """The Xiangqi driver takes the run directory as decision train does."""
     from apps.xiangqi.train_player import main
-    from decision.train.recipe import hold_run_dir
+    from decision.train.run_dir import hold_run_dir
 
     games = REPO.parent / "shared" / "data" / "xiangqi" / "valid-games.jsonl.gz"
     if not games.is_file():
@@ -286,7 +286,7 @@ def test_a_torn_last_validation_record_is_dropped_on_resume(tmp_path: Path) -> N
     """A run killed (or out of disk) while appending to evals.jsonl left a torn last line, no
     newline: the resumed run kept it and wrote its next record onto the same line, so the file
     no longer read as JSON lines."""
-    from decision.train.recipe import trim_evals
+    from decision.train.run_dir import trim_evals
 
     path = tmp_path / "evals.jsonl"
     path.write_text('{"step": 2, "loss": 1.0}\n{"step": 3, "val')
@@ -305,7 +305,7 @@ def test_the_run_lock_holds_where_flock_needs_a_file_open_for_writing(
     directory on NFS was never refused. The lock is a file in it, opened for writing."""
     import fcntl
 
-    from decision.train.recipe import hold_run_dir
+    from decision.train.run_dir import hold_run_dir
 
     flock = fcntl.flock
 
@@ -324,7 +324,7 @@ def test_the_run_lock_holds_where_flock_needs_a_file_open_for_writing(
 def lock_is_held(run_dir: Path) -> bool:
     """Whether another holder has ``run_dir`` (a run, or an export of its checkpoint): taking it
     here is refused."""
-    from decision.train.recipe import hold_run_dir
+    from decision.train.run_dir import hold_run_dir
 
     try:
         with hold_run_dir(str(run_dir)):

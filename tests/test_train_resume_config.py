@@ -168,7 +168,7 @@ def test_a_lone_tokenizer_is_not_a_run(tmp_path: Path, capsys: pytest.CaptureFix
                                        ) -> None:
     """A run that failed before its first checkpoint left only tokenizer.json, and the rerun
     was refused as a run; with a checkpoint or evaluations beside it, it still is one."""
-    from decision.train.recipe import check_no_run
+    from decision.train.run_dir import check_no_run
 
     (tmp_path / "tokenizer.json").write_text("{}")
     check_no_run(tmp_path)

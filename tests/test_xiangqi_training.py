@@ -812,7 +812,7 @@ def test_player_export_is_written_with_the_run_directory_held(
     started into it then could swap the checkpoint the export read."""
     from apps.xiangqi import train_player
     from decision.errors import DecisionInputError
-    from decision.train.recipe import hold_run_dir
+    from decision.train.run_dir import hold_run_dir
 
     out, dest = tmp_path / "run", tmp_path / "export"
     refused: list[str] = []

@@ -11,12 +11,13 @@ tokenizer trained on rendered positions, the rows (:mod:`apps.xiangqi.training`)
 that asks the model exactly as :class:`apps.xiangqi.model_player.ModelPlayer` does.
 
 How a run starts comes from the recipe (:mod:`decision.train.recipe`): ``begin_run`` (the
-checks, then ``resume_point``: a fresh run refuses a directory that holds one, ``--resume`` a
-checkpoint without trainer state) and ``start_model`` (the checkpoint, ``--init-from``'s
-weights or a fresh ``build_model``); ``export`` (a bf16 copy of the checkpoint's model files
-that keeps the model card beside them) is our own. Every file the run reads (games, soft
-targets, teacher games) is read before ``start_model`` writes the first one, and the ``xiangqi``
-section is saved with each checkpoint (``LoopHooks.sections``), so a resume reports its changes.
+checks, then :mod:`decision.train.run_dir`'s ``resume_point``: a fresh run refuses a directory
+that holds one, ``--resume`` a checkpoint without trainer state) and ``start_model`` (the
+checkpoint, ``--init-from``'s weights or a fresh ``build_model``); ``export`` (a bf16 copy of
+the checkpoint's model files that keeps the model card beside them) is our own. Every file the
+run reads (games, soft targets, teacher games) is read before ``start_model`` writes the first
+one, and the ``xiangqi`` section is saved with each checkpoint (``LoopHooks.sections``), so a
+resume reports its changes.
 """
 
 from __future__ import annotations
@@ -71,18 +72,10 @@ from decision.train.config import (
     config_from_dict,
     read_config_file,
 )
+from decision.train.export import check_export_dest, export_error
 from decision.train.loop import LoopHooks, train_loop
-from decision.train.recipe import (
-    EVALS_NAME,
-    RUN_LOCK,
-    TrainResult,
-    begin_run,
-    check_export_dest,
-    check_num_segments,
-    export_error,
-    hold_run_dir,
-    start_model,
-)
+from decision.train.recipe import TrainResult, begin_run, check_num_segments, start_model
+from decision.train.run_dir import EVALS_NAME, RUN_LOCK, hold_run_dir
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 # ``train`` keys only the contract recipe reads (its row kinds, curriculum, extraction masking,
@@ -390,8 +383,8 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
     ``init_from`` starts a fresh run (new optimiser and schedule) from a model directory's
     weights and tokenizer, e.g. the shipped ``models/xiangqi``; ``resume`` takes precedence
     when the run directory has a checkpoint (one without trainer state is an error); without
-    ``resume``, a directory that already holds a run is refused (the recipe's
-    :func:`~decision.train.recipe.resume_point`, checked before the games load).
+    ``resume``, a directory that already holds a run is refused
+    (:func:`~decision.train.run_dir.resume_point`, checked before the games load).
 
     ``export_to``: once the run has ended (not when a signal stopped it), its checkpoint is
     exported there (:func:`export`) with the run directory still held, so that a run started
@@ -412,7 +405,7 @@ def train(config: str | Path, resume: bool = False, max_minutes: float | None = 
 
 def _train(cfg: TrainConfig, xq: XiangqiSection, resume: bool, max_minutes: float | None,
            max_steps: int | None, init_from: str | Path | None) -> TrainResult:
-    """:func:`train` with its run directory held (the recipe's ``hold_run_dir``)."""
+    """:func:`train` with its run directory held (:func:`~decision.train.run_dir.hold_run_dir`)."""
     # the run's checks, before the games load (minutes for all of them)
     resume_from = begin_run(cfg, resume, max_minutes, max_steps)
     out = Path(cfg.run.out_dir)
@@ -468,8 +461,8 @@ SCRATCH = ".export.tmp"  # the export is written beside dest first, under this s
 
 
 def check_export(dest: str | Path, run_dir: str | Path) -> Path:
-    """``dest`` resolved, if :func:`export` may write the run's model into it (the recipe's
-    :func:`~decision.train.recipe.check_export_dest`, other files of ``dest`` staying): not the
+    """``dest`` resolved, if :func:`export` may write the run's model into it
+    (:func:`~decision.train.export.check_export_dest`, other files of ``dest`` staying): not the
     run's checkpoint or another of its entries, not a file, and its scratch sibling
     ``DEST.export.tmp``, which the export replaces whole, absent or a model directory."""
     return check_export_dest(dest, run_dir, others_stay=True, scratch=(SCRATCH,))

@@ -70,7 +70,8 @@ def interrupted(result: TrainResult, export: str | None) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     from decision.train.config import check_device, load_config
-    from decision.train.recipe import check_export_dest, train
+    from decision.train.export import check_export_dest
+    from decision.train.recipe import train
 
     check_flags(args)
     cfg = load_config(args.config)

@@ -2,21 +2,17 @@
 
 Run directory (``cfg.run.out_dir``): ``checkpoint/`` (a model directory ``decision.load_model``
 reads, plus ``trainer_state.pt`` and ``train_config.json``), ``tokenizer.json`` and
-``evals.jsonl`` (one line per validation).
+``evals.jsonl`` (one line per validation). Taking and checking that directory is
+:mod:`decision.train.run_dir`'s, the export :mod:`decision.train.export`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
-import os
 import re
-import shutil
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,16 +21,8 @@ import torch
 from tokenizers import Tokenizer
 
 from decision.errors import CheckpointError, DecisionInputError, TrainingError
-from decision.files import write_whole
 from decision.tokenizer import MAX_QUESTIONS, special_ids, train_tokenizer
-from decision.train.checkpoint import (
-    CHECKPOINT_DIR,
-    CHECKPOINT_OLD,
-    CHECKPOINT_TMP,
-    STATE_FILE,
-    load_trainer_state,
-    recover_checkpoint,
-)
+from decision.train.checkpoint import CHECKPOINT_DIR, load_trainer_state
 from decision.train.config import TrainConfig, check_max_steps, check_minutes
 from decision.train.data import (
     RowSource,
@@ -44,18 +32,22 @@ from decision.train.data import (
     check_val_groups,
     tokenizer_corpus,
 )
+from decision.train.export import export_checkpoint
 from decision.train.loop import LoopHooks, LoopResult, resolve_device, train_loop
+from decision.train.run_dir import (
+    EVALS_NAME,
+    check_out_dir,
+    hold_run_dir,
+    log,
+    resume_point,
+    trim_evals,
+)
 
 
 @dataclass
 class TrainResult:
     checkpoint: Path
     loop: LoopResult
-
-
-def log(msg: str) -> None:
-    stamp = time.strftime("%H:%M:%S")
-    print(f"[{stamp}] {msg}", file=sys.stderr, flush=True)
 
 
 def build_tokenizer(cfg: TrainConfig) -> Tokenizer:
@@ -116,9 +108,6 @@ def check_model_matches(model: Any, cfg: TrainConfig, source: str | Path) -> Non
         )
 
 
-EVALS_NAME = "evals.jsonl"  # one validation record a line, beside the checkpoint
-# What a run writes into its directory (checkpoint.tmp / .old only while it saves)
-RUN_FILES = (CHECKPOINT_DIR, CHECKPOINT_TMP, CHECKPOINT_OLD, "tokenizer.json", EVALS_NAME)
 
 
 def check_num_segments(cfg: TrainConfig, questions: int, model: Any = None,
@@ -141,121 +130,6 @@ def check_num_segments(cfg: TrainConfig, questions: int, model: Any = None,
         )
 
 
-def check_no_run(out: Path) -> None:
-    """Refuse a fresh run (no ``--resume``) in a directory that already holds one: it would
-    overwrite the run's checkpoint and tokenizer and append to its evals.jsonl.
-
-    A lone ``tokenizer.json`` (no checkpoint, no evals.jsonl) is no run: a run that failed
-    before its first checkpoint left it, no weights were trained over it, and nothing reads it
-    back (a resume takes the checkpoint's own tokenizer), so the new run replaces it."""
-    held = [name for name in RUN_FILES if (out / name).exists()]
-    if held == ["tokenizer.json"]:
-        log(f"{out / 'tokenizer.json'} is from a run that left no checkpoint: it is replaced")
-        return
-    if held:
-        raise DecisionInputError(
-            f"{out} already holds a run ({', '.join(held)}): continue it with --resume, or "
-            "start a new one in another directory (--out-dir or run.out_dir)", "run.out_dir",
-        )
-
-
-def check_out_dir(out_dir: str) -> None:
-    """Refuse a run directory that cannot be made: empty (the working directory; ``--out-dir``
-    overrides the config after its checks), a file, under a file, or under a directory that is
-    not writable. Such a run failed with a traceback from ``mkdir`` once the tokenizer had been
-    trained (and, for the Xiangqi driver, the games read)."""
-    if not out_dir.strip():
-        raise DecisionInputError("run.out_dir must name a directory, got ''", "run.out_dir")
-    out = Path(out_dir)
-    first = next((p for p in (out, *out.absolute().parents) if p.exists()), None)
-    if first is None:
-        return
-    if not first.is_dir():
-        what = "is a file" if first == out else f"is under {first}, a file"
-        raise DecisionInputError(f"run directory {out_dir} {what}, not a directory",
-                                 "run.out_dir")
-    if not os.access(first, os.W_OK | os.X_OK):
-        raise DecisionInputError(f"run directory {out_dir}: {first} is not writable",
-                                 "run.out_dir")
-
-
-RUN_LOCK = ".run.lock"  # the file hold_run_dir locks in a run directory
-
-
-@contextlib.contextmanager
-def hold_run_dir(out_dir: str) -> Iterator[None]:
-    """Hold the run directory ``out_dir`` (made if needed) for the ``with`` block: an exclusive
-    ``flock`` on its lock file ``RUN_LOCK``, which the OS drops when the process ends however it
-    ends (SIGKILL included). A second run started into the same directory (fresh or ``--resume``)
-    while one holds it is refused: both passed the checks of :func:`resume_point` before either
-    wrote a file, then wrote each other's ``checkpoint.tmp``. The lock file is opened for
-    writing (over NFS an exclusive ``flock`` needs it: a directory, opened read-only, gave
-    EBADF) and stays (removing it would let a third run lock a new file beside a second that
-    holds the old). A fresh directory this call made is removed again when the block fails
-    before anything else was written into it. Where the file system has no locks, runs are not
-    guarded."""
-    check_out_dir(out_dir)
-    out = Path(out_dir)
-    made = [p for p in (out, *out.absolute().parents) if not p.exists()]
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # what check_out_dir cannot tell (a read-only or virtual file system)
-        raise DecisionInputError(f"cannot make the run directory {out}: {exc.strerror or exc}",
-                                 "run.out_dir") from None
-    lock = out / RUN_LOCK
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        raise DecisionInputError(f"cannot write in the run directory {out}: "
-                                 f"{exc.strerror or exc}", "run.out_dir") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                log(f"warning: cannot lock the run directory {out} ({exc.strerror}): a second "
-                    "run started into it would not be refused")
-            else:
-                raise DecisionInputError(
-                    f"run directory {out} is in use by another training run (started into the "
-                    "same directory, still running): wait for it to end, or give another "
-                    "--out-dir", "run.out_dir",
-                ) from None
-        try:
-            yield
-        except BaseException:
-            # a directory of this run alone, still empty: its lock file goes with it (one the
-            # run wrote into keeps it: "the file stays")
-            if made and {p.name for p in out.iterdir()} <= {RUN_LOCK}:
-                lock.unlink(missing_ok=True)
-            for path in made:  # innermost first; only what is still empty
-                with contextlib.suppress(OSError):
-                    path.rmdir()
-            raise
-    finally:
-        os.close(fd)  # drops the lock
-
-
-def resume_point(out: Path, resume: bool) -> Path | None:
-    """The checkpoint of ``out`` that ``--resume`` continues, or None for a fresh run, checked
-    before anything is loaded or written: ``--resume`` over a checkpoint without trainer state
-    is an error (it started a fresh run over it), and a fresh run in a directory that already
-    holds one is refused (:func:`check_no_run`); ``--resume`` where there is no checkpoint yet
-    starts a fresh run."""
-    ckpt = recover_checkpoint(out)
-    if resume and ckpt.exists():
-        if not (ckpt / STATE_FILE).is_file():
-            raise CheckpointError(
-                f"cannot resume: {ckpt} has no {STATE_FILE} (optimiser, step, data position); "
-                f"to train on from its weights, start a new run with --init-from {ckpt} and "
-                "another --out-dir"
-            )
-        return ckpt
-    if resume:
-        log(f"no checkpoint in {ckpt}: starting a fresh run")
-    else:
-        check_no_run(out)
-    return None
 
 
 def begin_run(
@@ -330,32 +204,6 @@ def save_tokenizer(tokenizer: Tokenizer, path: Path) -> None:
         ) from exc
 
 
-def trim_evals(path: Path, step: int) -> None:
-    """Drop the records of ``path`` (evals.jsonl) after ``step``, the checkpoint a run resumes
-    from: a run killed after a validation but before its next checkpoint wrote them, and the
-    resumed run validates those steps again (a second record for the step, or one of another
-    config's timeline). Lines that are not a record with a step are kept, except a torn last
-    line (no newline: a run killed or out of disk while appending it), which the next record
-    would otherwise be written onto."""
-    if not path.is_file():
-        return
-    lines = path.read_text().splitlines(keepends=True)
-    torn = bool(lines) and not lines[-1].endswith("\n")
-
-    def later(line: str) -> bool:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return False
-        return isinstance(record, dict) and isinstance(record.get("step"), int) \
-            and record["step"] > step
-
-    kept = [line for line in lines[:len(lines) - torn] if not later(line)]
-    if len(kept) < len(lines):
-        write_whole({path: "".join(kept)})  # a kill meanwhile keeps the old file whole
-        later_records = len(lines) - torn - len(kept)
-        log(f"{path}: dropped {later_records} record(s) after step {step}, the checkpoint's "
-            "step (validated again as the run resumes)" + (" and a torn last line" if torn else ""))
 
 
 def train(
@@ -428,124 +276,3 @@ def _train(cfg: TrainConfig, resume: bool, max_minutes: float | None, max_steps:
     result = train_loop(model, cfg, hooks, out, resume_state=state, max_steps=max_steps,
                         max_minutes=max_minutes)
     return TrainResult(out / CHECKPOINT_DIR, result)
-
-
-# The files of a model directory (``checkpoint.save_checkpoint``): all an export may replace.
-MODEL_FILE = re.compile(
-    r"config\.json|tokenizer\.json|model\.safetensors(\.index\.json)?"
-    r"|model-\d+-of-\d+\.safetensors"
-)
-# The scratch siblings of an export (DEST.tmp, written first; DEST.old, the previous export while
-# they swap): what export_checkpoint writes and what check_export_dest checks by default.
-EXPORT_TMP, EXPORT_OLD = ".tmp", ".old"
-
-
-def check_export_dest(
-    dest: str | Path,
-    run_dir: str | Path,
-    *,
-    others_stay: bool = False,
-    scratch: tuple[str, ...] = (EXPORT_TMP, EXPORT_OLD),
-) -> Path:
-    """``dest`` resolved, if an export of the run in ``run_dir`` may replace it whole, else a
-    ``DecisionInputError``: it must not be the run directory or hold it (``--export .``
-    replaced the run directory, checkpoint included), must not be one of the run's own
-    entries (``checkpoint/`` ...), and may exist only as a directory of model files (empty, or
-    a previous export). The same holds for its ``scratch`` siblings (``.tmp``, ``.old``),
-    which the export writes and removes. ``runs/x/export`` inside the run directory is fine.
-
-    ``others_stay``: an export that writes its model files into ``dest`` one by one and leaves
-    the rest there (the Xiangqi player's, which keeps a model card beside them): ``dest`` may
-    then be any directory, the run directory or one holding it included, but still not one of
-    the run's entries nor a file; its scratch siblings are checked as above."""
-    target = Path(dest).resolve()
-    run = Path(run_dir).resolve()
-    if not target.name:
-        raise DecisionInputError(f"--export {dest}: the file-system root", "export")
-    for path in (target, *(target.with_name(target.name + suffix) for suffix in scratch)):
-        shown = dest if path == target else path
-        kept = others_stay and path == target  # only model files there are replaced
-        if run.is_relative_to(path) and not kept:
-            raise DecisionInputError(
-                f"--export {dest}: the export replaces {shown} whole, and it holds the run "
-                f"directory {run_dir}; export to a new or empty directory, e.g. "
-                f"{Path(run_dir) / 'export'}", "export",
-            )
-        for name in RUN_FILES:
-            if path.is_relative_to(run / name):
-                raise DecisionInputError(
-                    f"--export {dest}: {shown} is the run's own {name}; export to a new or "
-                    f"empty directory, e.g. {Path(run_dir) / 'export'}", "export",
-                )
-        if kept:
-            if path.exists() and not path.is_dir():
-                raise DecisionInputError(
-                    f"--export {dest}: {shown} is a file, not a directory to write the model "
-                    "into", "export",
-                )
-        elif path.exists() or path.is_symlink():
-            other = _not_model_files(path)
-            if other:
-                raise DecisionInputError(
-                    f"--export {dest}: {shown} holds {other}, which is not an exported model; "
-                    "the export replaces the directory whole: give a new or empty one, or "
-                    "a previous export", "export",
-                )
-    return target
-
-
-def _not_model_files(path: Path) -> str | None:
-    """What in ``path`` is not part of a model directory (None: nothing, it may be replaced)."""
-    if not path.is_dir():
-        return "a file" if path.exists() else "a broken link"
-    for child in sorted(path.iterdir()):
-        if not (child.is_file() and MODEL_FILE.fullmatch(child.name)):
-            return repr(child.name)
-    return None
-
-
-def export_error(dest: Path, scratch: Path, checkpoint: str | Path, exc: Exception,
-                 again: str) -> TrainingError:
-    """The one-line error of an export whose files could not be written (``exc``, e.g. a full
-    disk) into ``scratch``, which is removed: ``dest`` is as it was, the checkpoint whole, and
-    ``again`` says how to export it once more."""
-    shutil.rmtree(scratch, ignore_errors=True)
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return TrainingError(
-        f"cannot export to {dest}: writing {scratch}: {reason}; {dest} is as it was and the "
-        f"checkpoint {checkpoint} is whole: once the disk is fixed (space freed), export it "
-        f"again ({again})"
-    )
-
-
-def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
-    """Write the checkpoint's model in bf16 (config.json, safetensors, tokenizer.json) only.
-
-    It takes no lock: a caller exporting a run's own checkpoint holds the run directory
-    (:func:`hold_run_dir`), as ``decision train --export`` does (:func:`train`'s ``export``).
-    ``out_dir`` is checked first (:func:`check_export_dest`, the checkpoint's parent taken as
-    the run directory): it is replaced whole, so only a new directory, an empty one or a
-    previous export is taken."""
-    from decision.model import load_model
-
-    dest = check_export_dest(out_dir, Path(checkpoint).resolve().parent)
-    model = load_model(checkpoint, dtype=torch.bfloat16)
-    # Written beside ``dest`` and swapped in: an interrupted export leaves the previous one whole.
-    tmp = dest.with_name(dest.name + EXPORT_TMP)
-    old = dest.with_name(dest.name + EXPORT_OLD)
-    try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        model.save(tmp)
-    except Exception as exc:  # a full disk, an I/O error
-        raise export_error(dest, tmp, checkpoint, exc,
-                           "decision.train.recipe.export_checkpoint") from exc
-    if dest.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(dest, old)
-    os.replace(tmp, dest)
-    if old.exists():
-        shutil.rmtree(old)
-    return dest
