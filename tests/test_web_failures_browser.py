@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_xiangqi_browser import click_square
+from test_xiangqi_browser import _api, click_square
 
 from apps.xiangqi.api import create_app
 from apps.xiangqi.players import RandomPlayer
@@ -48,14 +47,6 @@ def _open(browser: Any, server: str, width: int = 1100, height: int = 800,
     page.goto(f"{server}/xiangqi/" + (f"#{game}" if game else ""))
     page.wait_for_function("state !== null && !busy", timeout=15_000)
     return page, errors
-
-
-def _api(server: str, path: str, body: dict) -> dict:
-    request = urllib.request.Request(f"{server}/api/xiangqi/games{path}",
-                                     data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as reply:
-        return json.load(reply)
 
 
 def test_a_failure_message_is_on_screen_at_phone_size(server: str, browser: Any) -> None:
