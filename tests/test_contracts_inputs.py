@@ -23,6 +23,13 @@ def _doc(doc_id: Any, annotations: dict[str, str], text: str = "An agreement.") 
         key: {"choice": choice, "spans": []} for key, choice in annotations.items()}}]}
 
 
+def _refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict,
+                         message: str) -> None:
+    """Converting ``data`` exits 2 with one line of error holding ``message``."""
+    status, err = _convert(tmp_path, capsys, json.dumps(data))
+    assert status == 2 and message in err and err.count("\n") == 1, err
+
+
 def _convert(tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: str) -> tuple[int, str]:
     source = tmp_path / "in.json"
     source.write_text(raw, encoding="utf-8")
@@ -53,8 +60,7 @@ LABELS = {"nda-1": {"hypothesis": "H1."}, "nda-2": {"hypothesis": "H2."}}
 ])
 def test_contractnli_refuses_what_would_not_read_back(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict, message: str) -> None:
-    status, err = _convert(tmp_path, capsys, json.dumps(data))
-    assert status == 2 and message in err and err.count("\n") == 1, err
+    _refused_in_one_line(tmp_path, capsys, data, message)
     assert not (tmp_path / "out" / "x.csv").exists()
 
 
@@ -78,8 +84,7 @@ def test_contractnli_refuses_what_would_not_read_back(
 ])
 def test_contractnli_refuses_an_empty_file_or_an_id_of_another_type(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict, message: str) -> None:
-    status, err = _convert(tmp_path, capsys, json.dumps(data))
-    assert status == 2 and message in err and err.count("\n") == 1, err
+    _refused_in_one_line(tmp_path, capsys, data, message)
     assert not (tmp_path / "out").exists()  # nothing written, not even docs/
 
 
@@ -103,8 +108,7 @@ def test_contractnli_takes_string_and_integer_ids(
 ])
 def test_contractnli_refuses_a_lone_surrogate_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict, message: str) -> None:
-    status, err = _convert(tmp_path, capsys, json.dumps(data))
-    assert status == 2 and message in err and err.count("\n") == 1, err
+    _refused_in_one_line(tmp_path, capsys, data, message)
     assert not (tmp_path / "out" / "x.csv").exists()
 
 
