@@ -86,7 +86,9 @@ def _has_checkpoint(path: Path) -> bool:
 def _has_weights(path: Path) -> bool:
     """Weight files (or their index) in ``path``: with no config.json beside them, a model an
     export is moving in (config.json comes last) or one it was killed in the middle of."""
-    return any(path.glob("*.safetensors")) or (path / "model.safetensors.index.json").is_file()
+    from decision.model.safetensors_files import INDEX_NAME  # torch: only once a model is built
+
+    return any(path.glob("*.safetensors")) or (path / INDEX_NAME).is_file()
 
 
 _UNTRAINED = "default-model (untrained on xiangqi)"
