@@ -415,7 +415,7 @@ def test_an_export_only_from_another_users_run_directory_goes_on_with_a_warning(
     def not_held(out_dir: str) -> None:
         raise AssertionError(f"{out_dir} was held")
 
-    monkeypatch.setattr(train_player, "_can_hold", lambda directory: directory != out)
+    monkeypatch.setattr(train_player, "may_hold_run_dir", lambda directory: directory != out)
     monkeypatch.setattr(train_player, "hold_run_dir", not_held)
     assert train_player.main(["--config", str(player), "--export-only", "--export",
                               str(dest)]) == 0
@@ -433,15 +433,15 @@ def test_an_export_only_leaves_no_lock_file_in_another_users_directory(tmp_path:
     created .run.lock, 0644 and ours, and the owner's own --resume then could not open it for
     writing ("cannot write in the run directory"). Such a directory is not held; one of our own,
     or one whose lock file we may write, is."""
-    from apps.xiangqi.train_player import _can_hold
+    from decision.train.run_dir import may_hold_run_dir
 
     theirs, ours = tmp_path / "theirs", tmp_path / "ours"
     theirs.mkdir(mode=0o777)
     ours.mkdir()
     os.chown(theirs, 65534, 65534)  # nobody's
-    assert not _can_hold(theirs) and _can_hold(ours)
+    assert not may_hold_run_dir(theirs) and may_hold_run_dir(ours)
     (theirs / ".run.lock").touch(mode=0o666)  # a lock file there, writable by us: held
-    assert _can_hold(theirs)
+    assert may_hold_run_dir(theirs)
 
 
 def test_a_tokenizer_that_cannot_be_written_is_one_line(

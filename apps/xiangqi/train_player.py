@@ -75,7 +75,7 @@ from decision.train.config import (
 from decision.train.export import check_export_dest, export_error
 from decision.train.loop import LoopHooks, train_loop
 from decision.train.recipe import TrainResult, begin_run, check_num_segments, start_model
-from decision.train.run_dir import EVALS_NAME, RUN_LOCK, hold_run_dir
+from decision.train.run_dir import EVALS_NAME, hold_run_dir, may_hold_run_dir
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xiangqi"
 # ``train`` keys only the contract recipe reads (its row kinds, curriculum, extraction masking,
@@ -531,22 +531,13 @@ def export_only(run_dir: Path, dest: str) -> None:
     the checkpoint while it is recovered and read). Another user's run directory cannot be held
     (its lock file is theirs, or there is none and a lock file of ours would then refuse their
     own runs): it is exported without the lock, with a warning."""
-    if run_dir.is_dir() and not _can_hold(run_dir):
+    if run_dir.is_dir() and not may_hold_run_dir(run_dir):
         log(f"warning: the run directory {run_dir} is another user's: exported without holding "
             "it (a run its owner starts there meanwhile is not waited for)")
         export(recover_checkpoint(run_dir), dest)
         return
     with hold_run_dir(str(run_dir)):
         export(recover_checkpoint(run_dir), dest)
-
-
-def _can_hold(directory: Path) -> bool:
-    """Whether this process may hold the run directory as a run does: open its lock file for
-    writing, or, where there is none yet, create one in a directory of its own."""
-    lock = directory / RUN_LOCK
-    if lock.exists():
-        return os.access(lock, os.R_OK | os.W_OK)
-    return os.access(directory, os.W_OK | os.X_OK) and directory.stat().st_uid == os.geteuid()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -137,6 +137,16 @@ def hold_run_dir(out_dir: str) -> Iterator[None]:
         os.close(fd)  # drops the lock
 
 
+def may_hold_run_dir(directory: Path) -> bool:
+    """Whether this process may hold ``directory`` as :func:`hold_run_dir` does: open its lock
+    file for writing, or, where there is none yet, create one in a directory of its own (a lock
+    file of ours in another user's shared directory would refuse their own runs)."""
+    lock = directory / RUN_LOCK
+    if lock.exists():
+        return os.access(lock, os.R_OK | os.W_OK)
+    return os.access(directory, os.W_OK | os.X_OK) and directory.stat().st_uid == os.geteuid()
+
+
 def resume_point(out: Path, resume: bool) -> Path | None:
     """The checkpoint of ``out`` that ``--resume`` continues, or None for a fresh run, checked
     before anything is loaded or written: ``--resume`` over a checkpoint without trainer state
